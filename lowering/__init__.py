@@ -1,0 +1,36 @@
+"""Back ends: turn an IR ``Graph`` into an ``Executable``.
+
+The one entry is ``compile(graph, device, options)``. This package imports only the IR of
+``quabla.core`` (graphs and the primitive registry), never the transform layer.
+"""
+
+import os
+
+__all__ = ["compile", "backend_for"]
+
+
+def backend_for(device):
+    """The back-end name a device uses; ``QUABLA_BACKEND=interpret`` forces the reference."""
+    forced = os.environ.get("QUABLA_BACKEND")
+    if forced:
+        return forced
+    if device in (None, "cpu"):
+        return "numba"
+    return device
+
+
+def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
+    """An ``Executable`` for ``graph``: called with one ndarray per input, it returns a list of
+    ndarrays, one per output."""
+    backend = backend_for(device)
+    if backend == "interpret":
+        from .interpret import Interpreter
+
+        return Interpreter(graph)
+    if backend == "numba":
+        from .numba_cpu import compile_graph
+
+        return compile_graph(graph, options or {})
+    from quabla.errors import UnsupportedOperationError
+
+    raise UnsupportedOperationError(f"no back end for device {device!r}", op="compile", device=device)

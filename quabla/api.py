@@ -1,0 +1,678 @@
+"""The public transforms: jit, grad, value_and_grad, jvp, vjp and vmap (spec 003 ch. 3).
+
+Each is a ``Transform`` (what graph to build from the traced function and how to assemble the
+result) wrapped in a ``Staged`` function (signature cache, compile, inline when traced).
+"""
+
+import functools
+import inspect
+import numbers
+import weakref
+
+from . import tree
+from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
+from .errors import UnsupportedOperationError
+from .staging import Staged, Transform, _Aval, _function_name, trace_function
+from .transforms import batch_graph, jvp_graph, vjp_graph
+
+__all__ = ["jit", "grad", "value_and_grad", "jvp", "vjp", "vmap"]
+
+
+def _check_device(device):
+    if device in (None, "cpu"):
+        return "cpu"
+    if isinstance(device, str) and (device in ("cuda", "mlx") or device.startswith("cuda:")):
+        raise UnsupportedOperationError(
+            f"device {device!r} is not available in this build yet; use device='cpu'",
+            op="jit", device=device,
+        )
+    raise ValueError(f"unknown device {device!r}; expected None, 'cpu', 'cuda', 'cuda:N' or 'mlx'")
+
+
+def _arg_ranges(treedef):
+    """Leaf index ranges of each positional argument of an argument tuple."""
+    ranges, start = [], 0
+    for child in treedef.children():
+        ranges.append(range(start, start + child.num_leaves))
+        start += child.num_leaves
+    return ranges, treedef.children()
+
+
+def _normalize_argnums(argnums):
+    if isinstance(argnums, numbers.Integral) and not isinstance(argnums, bool):
+        return (int(argnums),), True
+    if isinstance(argnums, tuple) and all(isinstance(a, numbers.Integral) for a in argnums):
+        if not argnums:
+            raise ValueError("argnums must not be empty")
+        return tuple(int(a) for a in argnums), False
+    raise TypeError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+
+
+# -- jit ----------------------------------------------------------------------------------------
+
+class _Jit(Transform):
+    def name(self, inner):
+        return f"jit({inner})"
+
+    def stage(self, fun, treedef, template):
+        traced = trace_function(fun, treedef, template, _function_name(fun))
+        return traced.graph, traced.out_tree.unflatten, traced.captures
+
+
+class Jitted(Staged):
+    """``jit(fun)``: static arguments by position or name, keyword arguments per 003 §3.8."""
+
+    def __init__(self, fun, device, static_argnums, static_argnames, max_traces):
+        self._device_name = _check_device(device)
+        self._params = _parameters(fun)
+        static_argnums, static_argnames = _static_sets(self._params, static_argnums, static_argnames)
+        self.static_argnums = static_argnums
+        self.static_argnames = static_argnames
+        if static_argnums:
+            inner = _with_statics(fun, static_argnums)
+        else:
+            inner = fun
+        super().__init__(inner, _Jit(), max_traces, self._device_name,
+                         name=f"jit({_function_name(fun)})")
+        self.__wrapped__ = fun
+        functools.update_wrapper(self, fun, updated=())
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args, kwargs = self._bind_keywords(args, kwargs)
+        if self.static_argnums or kwargs:
+            statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
+            dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+            return Staged.__call__(self, statics, tuple(sorted((k, _Static(v)) for k, v in kwargs.items())), *dynamic)
+        return Staged.__call__(self, (), (), *args)
+
+    def _bind_keywords(self, args, kwargs):
+        args = list(args)
+        kwargs = dict(kwargs)
+        names = [p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        while len(args) < len(names) and names[len(args)] in kwargs:
+            args.append(kwargs.pop(names[len(args)]))
+        for k in kwargs:
+            if k not in self.static_argnames:
+                raise TypeError(
+                    f"{self.name}: keyword argument {k!r} is neither static (static_argnames) "
+                    "nor the next positional parameter; pass it positionally"
+                )
+        return tuple(args), kwargs
+
+    def lower(self, *args, **kwargs):
+        if kwargs:
+            args, kwargs = self._bind_keywords(args, kwargs)
+        statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        return Staged.lower(self, statics, tuple(sorted((k, _Static(v)) for k, v in kwargs.items())), *dynamic)
+
+
+class _Static:
+    """A static argument value: a pytree leaf that hashes by value (and by type)."""
+
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value):
+        self.value = value
+        try:
+            self._key = (type(value), value.hex() if isinstance(value, float) else value)
+            hash(self._key)
+        except TypeError:
+            raise ValueError(
+                f"static arguments must be hashable, got {type(value).__name__}"
+            ) from None
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self._key == other._key
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+def _with_statics(fun, static_argnums):
+    """The traced function: re-inserts static positional values, unwraps static keywords."""
+    def call(statics, static_kwargs, *dynamic):
+        args = list(dynamic)
+        for i, s in sorted(zip(static_argnums, statics)):
+            if s is not None:
+                args.insert(i, s.value)
+        return fun(*args, **{k: v.value for k, v in static_kwargs})
+    call.__name__ = _function_name(fun)
+    return call
+
+
+def _parameters(fun):
+    try:
+        return list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+def _static_sets(params, static_argnums, static_argnames):
+    if isinstance(static_argnums, numbers.Integral):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    nums = set(int(i) for i in static_argnums)
+    names = set(static_argnames)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i in list(nums):
+        if i < 0:
+            nums.discard(i)
+            i += len(positional)
+            nums.add(i)
+        if 0 <= i < len(positional):
+            names.add(positional[i])
+    for n in names:
+        if n in positional:
+            nums.add(positional.index(n))
+    return tuple(sorted(nums)), frozenset(names)
+
+
+def _plain_call(fun):
+    """Wrap ``fun`` so the staged argument tuple gets the two (empty) static slots jit uses."""
+    def call(statics, static_kwargs, *args):
+        return fun(*args)
+    call.__name__ = _function_name(fun)
+    return call
+
+
+def jit(fun=None, *, device=None, static_argnums=(), static_argnames=(), max_traces=8,
+        precision=None):
+    """Compile ``fun``: one program per signature, cached (at most ``max_traces``, LRU)."""
+    if fun is None:
+        return lambda f: jit(f, device=device, static_argnums=static_argnums,
+                             static_argnames=static_argnames, max_traces=max_traces,
+                             precision=precision)
+    if precision not in (None, "float64"):
+        raise ValueError(f"precision must be None or 'float64', got {precision!r}")
+    if not static_argnums and not static_argnames:
+        jitted = Jitted.__new__(Jitted)
+        jitted._device_name = _check_device(device)
+        jitted._params = _parameters(fun)
+        jitted.static_argnums, jitted.static_argnames = (), frozenset()
+        Staged.__init__(jitted, _plain_call(fun), _Jit(), max_traces, jitted._device_name,
+                        name=f"jit({_function_name(fun)})")
+        jitted.__wrapped__ = fun
+        return jitted
+    return Jitted(fun, device, static_argnums, static_argnames, max_traces)
+
+
+# -- grad and value_and_grad ----------------------------------------------------------------------
+
+class _Grad(Transform):
+    def __init__(self, argnums, has_aux, with_value, kind):
+        self.argnums, self.single = _normalize_argnums(argnums)
+        self.has_aux = has_aux
+        self.with_value = with_value
+        self.kind = kind
+
+    def name(self, inner):
+        return f"{self.kind}({inner})"
+
+    def differentiated(self, treedef):
+        ranges, _ = _arg_ranges(treedef)
+        for a in self.argnums:
+            if not -len(ranges) <= a < len(ranges):
+                raise ValueError(
+                    f"argnums {a} is out of range for a function called with {len(ranges)} arguments"
+                )
+        return frozenset(i for a in self.argnums for i in ranges[a])
+
+    def stage(self, fun, treedef, template):
+        traced = trace_function(fun, treedef, template, _function_name(fun))
+        graph = traced.graph
+        out_tree = traced.out_tree
+        n_out = len(graph.outputs)
+        if self.has_aux:
+            children = out_tree.children()
+            if out_tree.node_type is not tuple or len(children) != 2:
+                raise TypeError(f"{self.kind}(has_aux=True) needs a function returning (loss, aux)")
+            loss_tree, aux_tree = children
+            if loss_tree.num_leaves != 1:
+                raise TypeError(f"{self.kind}: the loss must be one array")
+        elif out_tree.num_leaves != 1 or out_tree.node_type is not None:
+            raise TypeError(f"{self.kind} needs a function returning one scalar array")
+        shape, dtype = graph.out_avals[0]
+        if not dtype.is_floating:
+            raise TypeError(f"{self.kind} needs a floating output, got {dtype}")
+        if shape != ():
+            raise ValueError(
+                f"{self.kind} needs a scalar (rank-0) output, got shape {list(shape)}; reduce it "
+                "(for example with quabla.sum), or use jacobian or vjp for non-scalar outputs"
+            )
+        # which graph inputs (dynamic leaves) belong to each differentiated argument
+        ranges, arg_trees = _arg_ranges(treedef)
+        input_of_leaf = {}
+        k = 0
+        for i, leaf in enumerate(template):
+            if type(leaf) is _Aval:
+                input_of_leaf[i] = k
+                k += 1
+        wrt = []
+        layout = []  # per argnum: list of (graph output index | None) per leaf of that argument
+        for a in self.argnums:
+            slots = []
+            for i in ranges[a]:
+                leaf = template[i]
+                if type(leaf) is not _Aval:
+                    raise TypeError(
+                        f"{self.kind}: argument {a} has a non-array leaf {leaf!r} that cannot be "
+                        "differentiated"
+                    )
+                if leaf.dtype.is_floating:
+                    slots.append(n_out + len(wrt))
+                    wrt.append(input_of_leaf[i])
+                else:
+                    slots.append(None)
+            layout.append(slots)
+        g = vjp_graph(graph, wrt, ["ones"] + [None] * (n_out - 1))
+        argnum_trees = [arg_trees[a] for a in self.argnums]
+
+        def assemble(outs):
+            grads = [
+                t.unflatten([None if s is None else outs[s] for s in slots])
+                for t, slots in zip(argnum_trees, layout)
+            ]
+            grads = grads[0] if self.single else tuple(grads)
+            if self.has_aux:
+                value, aux = out_tree.unflatten(outs[:n_out])
+                return ((value, aux), grads) if self.with_value else (grads, aux)
+            return (outs[0], grads) if self.with_value else grads
+
+        return g, assemble, traced.captures
+
+
+def grad(fun=None, argnums=0, has_aux=False):
+    """The gradient of a scalar function with respect to the arguments ``argnums``."""
+    if fun is None:
+        return lambda f: grad(f, argnums=argnums, has_aux=has_aux)
+    return Staged(fun, _Grad(argnums, has_aux, False, "grad"))
+
+
+def value_and_grad(fun=None, argnums=0, has_aux=False):
+    """``(value, gradient)`` of a scalar function, in one program."""
+    if fun is None:
+        return lambda f: value_and_grad(f, argnums=argnums, has_aux=has_aux)
+    return Staged(fun, _Grad(argnums, has_aux, True, "value_and_grad"))
+
+
+# -- jvp ------------------------------------------------------------------------------------------
+
+class _Jvp(Transform):
+    """Staged over (primals, tangents); tangents of non-floating primals are ignored."""
+
+    def name(self, inner):
+        return f"jvp({inner})"
+
+    def differentiated(self, treedef):
+        return frozenset(range(treedef.num_leaves))
+
+    def stage(self, fun, treedef, template):
+        primals_tree, tangents_tree = treedef.children()
+        n = primals_tree.num_leaves
+        traced = trace_function(fun, primals_tree, template[:n], _function_name(fun))
+        graph = traced.graph
+        mask = [leaf.dtype.is_floating for leaf in template[:n] if type(leaf) is _Aval]
+        mask += [False] * len(traced.captures)
+        g = jvp_graph(graph, mask)
+        n_out = len(graph.outputs)
+        n_in = len(graph.inputs)
+        # the staged graph takes (primals, tangents): drop the tangents of non-floating leaves
+        keep = [n_in + sum(mask[:k]) for k in range(len(mask)) if mask[k]]
+        out_tree = traced.out_tree
+        g = _select_inputs(g, n_in, mask, template[n:])
+
+        def assemble(outs):
+            return out_tree.unflatten(outs[:n_out]), out_tree.unflatten(outs[n_out:])
+
+        del keep
+        return g, assemble, traced.captures
+
+
+def _select_inputs(graph, n_primal, mask, tangent_template):
+    """Reorder graph inputs to (primal args..., tangent per primal arg leaf..., captures...).
+
+    ``jvp_graph`` puts tangent inputs after all primal inputs (captures included); the staged
+    calling convention passes one tangent per primal argument leaf, so unused tangents (of
+    bool leaves) are accepted as dummy inputs.
+    """
+    from .core.graph import Graph
+
+    n_args = len(tangent_template)
+    primal_inputs = list(graph.inputs[:n_primal])
+    tangent_inputs = list(graph.inputs[n_primal:])
+    nodes = list(graph.nodes)
+    names = list(graph.input_names)
+    new_inputs = primal_inputs[:n_args]
+    new_names = names[:n_args]
+    it = iter(tangent_inputs)
+    it_names = iter(names[n_primal:])
+    from .core.graph import Node
+
+    for k in range(n_args):
+        if mask[k]:
+            new_inputs.append(next(it))
+            new_names.append(next(it_names))
+        else:
+            shape, dtype = tangent_template[k].shape, tangent_template[k].dtype
+            nodes.append(Node("input", (), (("index", -1),), shape, dtype))
+            new_inputs.append(len(nodes) - 1)
+            new_names.append(f"unused/{k}")
+    new_inputs += primal_inputs[n_args:]
+    new_names += names[n_args:n_primal]
+    return Graph(nodes, new_inputs, graph.outputs, new_names)
+
+
+_JVP_CACHE = weakref.WeakKeyDictionary()
+_VJP_CACHE = weakref.WeakKeyDictionary()
+
+
+def _cached(cache, fun, make):
+    try:
+        staged = cache.get(fun)
+    except TypeError:
+        return make()
+    if staged is None:
+        staged = make()
+        try:
+            cache[fun] = staged
+        except TypeError:
+            pass
+    return staged
+
+
+def jvp(fun, primals, tangents):
+    """Forward mode: ``(fun(*primals), J @ tangents)``."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp: primals and tangents must be tuples with one entry per argument")
+    if len(primals) != len(tangents):
+        raise ValueError("jvp: primals and tangents must have the same length")
+    primals = tuple(primals)
+    tangents = _match_tangents(primals, tuple(tangents))
+    staged = _cached(_JVP_CACHE, fun, lambda: Staged(fun, _Jvp()))
+    return staged(primals, tangents)
+
+
+def _match_tangents(primals, tangents):
+    """Python numbers adopt their primal's dtype and shape; arrays must match exactly."""
+    from . import ops
+    from .array import asarray
+
+    p_leaves, p_tree = tree.flatten(primals)
+    try:
+        t_leaves = p_tree.flatten_up_to(tangents) if hasattr(p_tree, "flatten_up_to") else None
+    except Exception:
+        t_leaves = None
+    if t_leaves is None:
+        t_leaves, t_tree = tree.flatten(tangents, is_leaf=lambda x: x is None)
+        if len(t_leaves) != len(p_leaves):
+            raise ValueError(f"jvp: tangents {t_tree} do not match primals {p_tree}")
+    out = []
+    for p, t in zip(p_leaves, t_leaves):
+        if isinstance(p, (bool, int, float)):
+            p = ops._as_array(float(p))
+        p = ops._as_array(p)
+        if not p.dtype.is_floating:
+            out.append(p)  # ignored: bool leaves have no tangent
+            continue
+        if t is None:
+            raise ValueError("jvp: a floating primal needs a tangent (got None)")
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            t = ops.broadcast_to(ops._weak_scalar(t, p.dtype), p.shape) if p.shape else ops._weak_scalar(t, p.dtype)
+            t = asarray(t) if not hasattr(t, "_frame") else t
+            if getattr(t, "_weak", False) and hasattr(t, "_value"):
+                from .array import Tensor
+                t = Tensor._wrap(t._value)
+        else:
+            t = ops._as_array(t)
+        if tuple(t.shape) != tuple(p.shape) or t.dtype is not p.dtype:
+            raise ValueError(
+                f"jvp: tangent {t.dtype}{list(t.shape)} does not match primal {p.dtype}{list(p.shape)}"
+            )
+        out.append(t)
+    return p_tree.unflatten(out)
+
+
+# -- vjp ------------------------------------------------------------------------------------------
+
+class _VjpForward(Transform):
+    def __init__(self, has_aux):
+        self.has_aux = has_aux
+
+    def name(self, inner):
+        return f"vjp({inner})"
+
+    def differentiated(self, treedef):
+        return frozenset(range(treedef.num_leaves))
+
+    def stage(self, fun, treedef, template):
+        traced = trace_function(fun, treedef, template, _function_name(fun))
+        return traced.graph, traced.out_tree.unflatten, traced.captures
+
+
+class _VjpBackward(Transform):
+    """Staged over (primals, cotangents): returns one cotangent tree per primal."""
+
+    def __init__(self, has_aux):
+        self.has_aux = has_aux
+
+    def name(self, inner):
+        return f"vjp_fun({inner})"
+
+    def differentiated(self, treedef):
+        return frozenset(range(treedef.num_leaves))
+
+    def stage(self, fun, treedef, template):
+        primals_tree, ct_tree = treedef.children()
+        n = primals_tree.num_leaves
+        traced = trace_function(fun, primals_tree, template[:n], _function_name(fun))
+        graph = traced.graph
+        out_tree = traced.out_tree
+        n_out = len(graph.outputs)
+        if self.has_aux:
+            main_leaves = out_tree.children()[0].num_leaves
+        else:
+            main_leaves = n_out
+        seeds = [
+            "input" if (k < main_leaves and graph.out_avals[k][1].is_floating) else None
+            for k in range(n_out)
+        ]
+        inputs = [k for k, leaf in enumerate(template[:n]) if type(leaf) is _Aval]
+        floating = [j for j, k in enumerate(inputs) if template[k].dtype.is_floating]
+        g = vjp_graph(graph, floating, seeds)
+        g = _cotangent_convention(g, len(graph.inputs), seeds, template[n:], n_out)
+        arg_trees = primals_tree.children()
+        slots, j, start = [], 0, 0
+        for t in arg_trees:
+            row = []
+            for i in range(start, start + t.num_leaves):
+                leaf = template[i]
+                if type(leaf) is _Aval and leaf.dtype.is_floating:
+                    row.append(n_out + j)
+                    j += 1
+                else:
+                    row.append(None)
+            slots.append(row)
+            start += t.num_leaves
+
+        def assemble(outs):
+            return tuple(t.unflatten([None if s is None else outs[s] for s in row])
+                         for t, row in zip(arg_trees, slots))
+
+        return g, assemble, traced.captures
+
+
+def _cotangent_convention(graph, n_primal, seeds, ct_template, n_out):
+    """Reorder inputs to (primals..., one cotangent per main output..., captures...)."""
+    from .core.graph import Graph, Node
+
+    nodes = list(graph.nodes)
+    inputs = list(graph.inputs)
+    names = list(graph.input_names)
+    n_capture = n_primal - (len(inputs) - n_primal - sum(1 for s in seeds if s)) if False else None
+    del n_capture
+    ct_inputs = iter(inputs[n_primal:])
+    ct_names = iter(names[n_primal:])
+    new_inputs, new_names = [], []
+    n_args = n_primal  # captures are handled by the caller appending them after cotangents
+    for k, leaf in enumerate(ct_template):
+        if seeds[k] == "input":
+            new_inputs.append(next(ct_inputs))
+            new_names.append(next(ct_names))
+        else:
+            nodes.append(Node("input", (), (("index", -1),), leaf.shape, leaf.dtype))
+            new_inputs.append(len(nodes) - 1)
+            new_names.append(f"unused/{k}")
+    del n_args
+    return Graph(nodes, inputs[:n_primal] + new_inputs, graph.outputs,
+                 names[:n_primal] + new_names)
+
+
+def vjp(fun, *primals, has_aux=False):
+    """Reverse mode: ``(fun(*primals), vjp_fun)``; ``vjp_fun(ct)`` returns one cotangent per primal."""
+    forward = _cached(_VJP_CACHE, fun, lambda: _VjpPair(fun))
+    out = forward.forward[has_aux](*primals)
+    if has_aux:
+        out, aux = out
+    backward = forward.backward[has_aux]
+
+    def vjp_fun(cotangent):
+        cts = _match_cotangents(out, cotangent)
+        return backward(tuple(primals), cts)
+
+    return (out, vjp_fun, aux) if has_aux else (out, vjp_fun)
+
+
+class _VjpPair:
+    def __init__(self, fun):
+        self.forward = {flag: Staged(fun, _VjpForward(flag)) for flag in (False, True)}
+        self.backward = {flag: Staged(fun, _VjpBackward(flag)) for flag in (False, True)}
+
+
+def _match_cotangents(out, cotangent):
+    from . import ops
+
+    o_leaves, o_tree = tree.flatten(out)
+    c_leaves, c_tree = tree.flatten(cotangent)
+    if len(o_leaves) != len(c_leaves):
+        raise ValueError(f"vjp_fun: cotangent {c_tree} does not match the output {o_tree}")
+    result = []
+    for o, c in zip(o_leaves, c_leaves):
+        if isinstance(c, (int, float)) and not isinstance(c, bool):
+            c = ops.add(ops.broadcast_to(ops._weak_scalar(c, o.dtype), o.shape), 0.0) if o.shape else ops._weak_scalar(c, o.dtype)
+        else:
+            c = ops._as_array(c)
+        if tuple(c.shape) != tuple(o.shape) or c.dtype is not o.dtype:
+            raise ValueError(
+                f"vjp_fun: cotangent {c.dtype}{list(c.shape)} does not match output "
+                f"{o.dtype}{list(o.shape)}"
+            )
+        result.append(c)
+    return o_tree.unflatten(result)
+
+
+# -- vmap -----------------------------------------------------------------------------------------
+
+class _Vmap(Transform):
+    def __init__(self, in_axes, out_axes):
+        self.in_axes = in_axes
+        self.out_axes = out_axes
+
+    def name(self, inner):
+        return f"vmap({inner})"
+
+    def stage(self, fun, treedef, template):
+        from . import ops
+        from .core.tracing import TraceFrame, trace_frame
+        from .transforms import inline
+
+        in_axes = self.in_axes
+        if isinstance(in_axes, list):
+            in_axes = tuple(in_axes)
+        n_args = len(treedef.children())
+        if isinstance(in_axes, tuple) and len(in_axes) != n_args:
+            raise ValueError(f"vmap: in_axes has {len(in_axes)} entries for {n_args} arguments")
+        full = treedef.unflatten(template)
+        prefix = in_axes if isinstance(in_axes, tuple) else (in_axes,) * n_args
+        axes = tree.broadcast_prefix(prefix, full, is_leaf=lambda x: x is None)
+        size = None
+        example = []
+        mapped = []
+        for leaf, axis in zip(template, axes):
+            if axis is not None and not isinstance(axis, numbers.Integral):
+                raise TypeError(f"vmap: in_axes entries must be ints or None, got {axis!r}")
+            if type(leaf) is not _Aval:
+                if axis is not None:
+                    raise ValueError("vmap: Python scalars and static values must have in_axes None")
+                example.append(leaf)
+                continue
+            if axis is None:
+                example.append(leaf)
+                mapped.append(None)
+                continue
+            ndim = len(leaf.shape)
+            if not -ndim <= axis < ndim:
+                raise ValueError(f"vmap: in_axes {axis} is out of range for an argument of rank {ndim}")
+            axis %= ndim
+            n = leaf.shape[axis]
+            if size is None:
+                size = n
+            elif n != size:
+                raise ValueError(
+                    f"vmap got inconsistent sizes for the mapped axes: {size} and {n}"
+                )
+            example.append(_Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype))
+            mapped.append(axis)
+        if size is None:
+            raise ValueError("vmap needs at least one mapped argument (in_axes are all None)")
+        traced = trace_function(fun, treedef, example, _function_name(fun))
+        out_tree = traced.out_tree
+        out_axes = self.out_axes
+        if isinstance(out_axes, list):
+            out_axes = tuple(out_axes)
+        outs_prefix = tree.broadcast_prefix(
+            out_axes, out_tree.unflatten([0] * out_tree.num_leaves), is_leaf=lambda x: x is None
+        ) if not isinstance(out_axes, (int, type(None))) else [out_axes] * out_tree.num_leaves
+        flags = [m is not None for m in mapped] + [False] * len(traced.captures)
+        batched, out_batched = batch_graph(traced.graph, flags, size,
+                                           [a is not None for a in outs_prefix])
+        for k, (flag, axis) in enumerate(zip(out_batched, outs_prefix)):
+            if axis is None and flag:
+                raise ValueError("vmap: an output with out_axes=None depends on a mapped input")
+        # the staged graph takes the arguments as given: move mapped axes to the front first
+        frame = TraceFrame()
+        with trace_frame(frame):
+            inputs = [frame.new_input(leaf.shape, leaf.dtype, f"arg{k}")
+                      for k, leaf in enumerate(l for l in template if type(l) is _Aval)]
+            captures = [frame.new_input(c.shape, c.dtype, f"__quabla_capture/{k}")
+                        for k, c in enumerate(traced.captures)]
+            moved = [x if a in (None, 0) else ops.transpose(
+                x, (a,) + tuple(d for d in range(x.ndim) if d != a))
+                for x, a in zip(inputs, mapped)]
+            outs = inline(batched, moved + captures)
+            final = []
+            for value, axis in zip(outs, outs_prefix):
+                if axis is not None:
+                    ndim = value.ndim
+                    if not -ndim <= axis < ndim:
+                        raise ValueError(f"vmap: out_axes {axis} is out of range for rank {ndim}")
+                    axis %= ndim
+                    if axis:
+                        perm = list(range(1, ndim))
+                        perm.insert(axis, 0)
+                        value = ops.transpose(value, tuple(perm))
+                final.append(frame.operand(value))
+            graph = frame.build(final)
+        from .core.rewrite import simplify
+
+        return simplify(graph), out_tree.unflatten, traced.captures
+
+
+def vmap(fun, in_axes=0, out_axes=0):
+    """Vectorize ``fun`` over the ``in_axes`` of its arguments (pytree prefixes, None = shared)."""
+    return Staged(fun, _Vmap(in_axes, out_axes))

@@ -1,0 +1,269 @@
+"""Eager arrays: ``Tensor``, the ``Array`` ABC, ``Shape`` and the array constructors (spec 000 §3.2).
+
+A Tensor wraps a read-only, C-contiguous NumPy array. Import always copies, so a Tensor never
+aliases foreign memory; export of a matching dtype is a zero-copy, read-only view, so a Tensor
+never changes under its user.
+"""
+
+import abc
+import numbers
+
+import numpy as np
+
+from . import dtypes as _dt
+from .operators import Operators
+
+__all__ = [
+    "Array", "Tensor", "Shape",
+    "array", "asarray", "zeros", "ones", "full", "arange", "linspace", "eye",
+]
+
+
+class Array(abc.ABC):
+    """Anything Quabla treats as an array: ``Tensor`` and ``TraceTensor`` are registered."""
+
+
+class Shape(tuple):
+    """A static shape: a tuple that prints as ``[3, 2]`` and compares equal to lists too."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "[" + ", ".join(str(d) for d in self) + "]"
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        if isinstance(other, list):
+            other = tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+
+def _freeze(value):
+    value.flags.writeable = False
+    return value
+
+
+class Tensor(Operators):
+    """An immutable host array of float32, float64 or bool_."""
+
+    __slots__ = ("_value", "_weak", "__weakref__")
+
+    def __init__(self, obj, dtype=None):
+        source = array(obj, dtype)
+        self._value = source._value
+        self._weak = False
+
+    @classmethod
+    def _wrap(cls, value, weak=False):
+        """Adopt ``value`` (a NumPy array of a Quabla dtype that nobody else writes)."""
+        t = object.__new__(cls)
+        if value.flags.writeable:
+            value.flags.writeable = False
+        t._value = value
+        t._weak = weak
+        return t
+
+    # -- metadata ---------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return Shape(self._value.shape)
+
+    @property
+    def dtype(self):
+        return _dt._BY_NUMPY[self._value.dtype]
+
+    @property
+    def ndim(self):
+        return self._value.ndim
+
+    @property
+    def size(self):
+        return self._value.size
+
+    @property
+    def weak_type(self):
+        """True for values born of Python scalars only; they adopt the dtype of what they meet."""
+        return self._weak
+
+    def __len__(self):
+        if self._value.ndim == 0:
+            raise TypeError("len() of a 0-d Tensor")
+        return self._value.shape[0]
+
+    def __iter__(self):
+        if self._value.ndim == 0:
+            raise TypeError("iteration over a 0-d Tensor")
+        return (self[i] for i in range(self._value.shape[0]))
+
+    # -- export -----------------------------------------------------------------------------
+    def numpy(self):
+        """A read-only NumPy view of the data (zero-copy)."""
+        return self._value.view()
+
+    def tolist(self):
+        return self._value.tolist()
+
+    def item(self):
+        if self._value.size != 1:
+            raise ValueError(f"item() needs a Tensor with one element, got shape {self.shape}")
+        return self._value.item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._value.size != 1:
+            raise ValueError(
+                "the truth value of a Tensor with more than one element is ambiguous; "
+                "use quabla.any or quabla.all"
+            )
+        return bool(self._value.item())
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._value
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            if copy is False:
+                raise ValueError(
+                    f"cannot export a {self.dtype} Tensor as {np.dtype(dtype)} without a copy"
+                )
+            return value.astype(dtype)
+        if copy:
+            return value.copy()
+        return value.view()
+
+    def __repr__(self):
+        body = np.array2string(self._value, separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype})"
+
+    def __reduce__(self):
+        return (Tensor, (self._value.copy(),))
+
+
+Array.register(Tensor)
+
+
+# -- construction -----------------------------------------------------------------------------
+
+def _import(obj):
+    """Convert ``obj`` to a fresh NumPy array in a Quabla dtype, following the §3.2 table."""
+    if isinstance(obj, Tensor):
+        return obj._value
+    if isinstance(obj, Array):  # a tracer
+        from .errors import TracerError
+
+        raise TracerError("a TraceTensor has no concrete value; pass it through quabla ops")
+    if isinstance(obj, bool):
+        return np.array(obj, dtype=np.bool_)
+    if isinstance(obj, numbers.Integral) and not isinstance(obj, np.generic):
+        return np.array(float(obj))
+    if isinstance(obj, (list, tuple)):
+        _reject_tracers_in(obj)
+    try:
+        value = np.array(obj, copy=True, order="C")
+    except ValueError as exc:
+        raise ValueError(f"cannot build an array from ragged or irregular data: {exc}") from None
+    if value.dtype.kind == "O":
+        raise TypeError(f"cannot convert an object of type {type(obj).__name__} to a Quabla array")
+    return value
+
+
+def _reject_tracers_in(seq):
+    for item in seq:
+        if isinstance(item, Array) and not isinstance(item, Tensor):
+            from .errors import TracerError
+
+            raise TracerError(
+                "a TraceTensor cannot be turned into a concrete array; use quabla.stack"
+            )
+        if isinstance(item, (list, tuple)):
+            _reject_tracers_in(item)
+
+
+def _finish(value, dtype):
+    target = _dt.result_dtype_of_numpy(value.dtype) if dtype is None else _dt.dtype(dtype)
+    if value.size == 0:
+        raise ValueError(f"zero-extent arrays are not supported (shape {list(value.shape)})")
+    if value.dtype != target.numpy:
+        value = value.astype(target.numpy)
+    if not value.flags.c_contiguous:
+        value = value.copy()
+    return value
+
+
+def array(obj, dtype=None):
+    """A new Tensor from ``obj``; NumPy data is always copied."""
+    if isinstance(obj, Tensor):
+        value = obj._value
+        if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
+            value = value.astype(_dt.dtype(dtype).numpy)
+        return Tensor._wrap(value)
+    return Tensor._wrap(_finish(_import(obj), dtype))
+
+
+def asarray(obj, dtype=None):
+    """``obj`` itself if it is already a Tensor of ``dtype`` (or any dtype when None), else a copy."""
+    if isinstance(obj, Tensor) and (dtype is None or _dt.dtype(dtype) is obj.dtype):
+        return obj
+    if isinstance(obj, Array) and not isinstance(obj, Tensor):
+        if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
+            from . import ops
+
+            return ops.astype(obj, dtype)
+        return obj
+    return array(obj, dtype)
+
+
+def _shape_arg(shape):
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"array dimensions must be positive, got {list(shape)}")
+    return shape
+
+
+def _float_dtype(dtype):
+    return _dt.float64 if dtype is None else _dt.dtype(dtype)
+
+
+def zeros(shape, dtype=None):
+    return Tensor._wrap(np.zeros(_shape_arg(shape), _float_dtype(dtype).numpy))
+
+
+def ones(shape, dtype=None):
+    return Tensor._wrap(np.ones(_shape_arg(shape), _float_dtype(dtype).numpy))
+
+
+def full(shape, value, dtype=None):
+    if dtype is None:
+        dtype = _dt.bool_ if isinstance(value, (bool, np.bool_)) else _dt.float64
+    return Tensor._wrap(np.full(_shape_arg(shape), value, _dt.dtype(dtype).numpy))
+
+
+def arange(start, stop=None, step=1.0, dtype=None):
+    if stop is None:
+        start, stop = 0.0, start
+    return _finish_range(np.arange(start, stop, step, dtype=np.float64), dtype)
+
+
+def linspace(start, stop, num, dtype=None):
+    return _finish_range(np.linspace(start, stop, int(num), dtype=np.float64), dtype)
+
+
+def _finish_range(values, dtype):
+    if values.size == 0:
+        raise ValueError("the requested range is empty; zero-extent arrays are not supported")
+    return Tensor._wrap(values.astype(_float_dtype(dtype).numpy, copy=False))
+
+
+def eye(n, m=None, dtype=None):
+    return Tensor._wrap(np.eye(int(n), None if m is None else int(m), dtype=_float_dtype(dtype).numpy))

@@ -1,0 +1,187 @@
+"""The IR: an immutable SSA ``Graph`` of ``Node``s in topological order.
+
+Every node has an op name, operand node ids, static hashable params, a static shape, a dtype
+and a weak flag (for values born of Python scalars). Inputs are ``input`` nodes, constants are
+``constant`` nodes holding a ``Const``. Graphs hash structurally (input names excluded), so the
+compile cache and the trace caches can key on them.
+"""
+
+import hashlib
+
+import numpy as np
+
+from .. import dtypes as _dt
+
+__all__ = ["Node", "Graph", "GraphBuilder", "Const", "aval_text"]
+
+
+class Const:
+    """A constant payload: hashes and compares by dtype, shape and exact bits."""
+
+    __slots__ = ("value", "_hash", "_digest")
+
+    def __init__(self, value):
+        value = np.array(value, copy=not (value.flags.c_contiguous and not value.flags.writeable))
+        value.flags.writeable = False
+        self.value = value
+        self._digest = hashlib.blake2b(
+            value.tobytes() + str((value.dtype.str, value.shape)).encode(), digest_size=16
+        ).digest()
+        self._hash = hash(self._digest)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Const) and self._digest == other._digest
+
+    def scalar(self):
+        """The Python value of a one-element constant, else None."""
+        return self.value.item() if self.value.size == 1 else None
+
+    def __repr__(self):
+        if self.value.ndim == 0:
+            return repr(self.value.item())
+        return "dense"
+
+
+class Node:
+    __slots__ = ("op", "operands", "params", "shape", "dtype", "weak")
+
+    def __init__(self, op, operands, params, shape, dtype, weak=False):
+        self.op = op
+        self.operands = operands
+        self.params = params  # a tuple of (name, value) pairs, sorted by name
+        self.shape = shape
+        self.dtype = dtype
+        self.weak = weak
+
+    @property
+    def kw(self):
+        return dict(self.params)
+
+    def key(self):
+        return (self.op, self.operands, self.params, self.shape, self.dtype.name, self.weak)
+
+
+def aval_text(shape, dtype):
+    return f"{dtype.name}[{', '.join(map(str, shape))}]"
+
+
+class Graph:
+    """An immutable SSA graph: ``nodes`` in topological order, ``inputs`` and ``outputs`` as ids."""
+
+    __slots__ = ("nodes", "inputs", "outputs", "input_names", "_hash")
+
+    def __init__(self, nodes, inputs, outputs, input_names=None):
+        self.nodes = tuple(nodes)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.input_names = tuple(input_names) if input_names else tuple(
+            f"in{i}" for i in range(len(self.inputs))
+        )
+        self._hash = None
+
+    def _structure(self):
+        return (tuple(n.key() for n in self.nodes), self.inputs, self.outputs)
+
+    def __hash__(self):
+        if self._hash is None:
+            self._hash = hash(self._structure())
+        return self._hash
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Graph)
+            and hash(self) == hash(other)
+            and self._structure() == other._structure()
+        )
+
+    @property
+    def in_avals(self):
+        return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.inputs]
+
+    @property
+    def out_avals(self):
+        return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.outputs]
+
+    def node_count(self, include_inputs=False):
+        """Operation count: the measure the rewriter keeps small (inputs excluded by default)."""
+        return sum(1 for n in self.nodes if include_inputs or n.op != "input")
+
+    def fingerprint(self):
+        """A stable digest of the structure, used by the on-disk compile cache."""
+        h = hashlib.sha256()
+        for n in self.nodes:
+            params = tuple(
+                (k, v._digest.hex() if isinstance(v, Const) else
+                 v.fingerprint() if isinstance(v, Graph) else v)
+                for k, v in n.params
+            )
+            h.update(repr((n.op, n.operands, params, n.shape, n.dtype.name, n.weak)).encode())
+        h.update(repr((self.inputs, self.outputs)).encode())
+        return h.hexdigest()
+
+    def as_text(self):
+        """A readable listing: one line per node, ``%id = op operands {params} : dtype[shape]``."""
+        names = {i: name for i, name in zip(self.inputs, self.input_names)}
+        head = ", ".join(
+            f"%{i} {names[i]}: {aval_text(self.nodes[i].shape, self.nodes[i].dtype)}"
+            for i in self.inputs
+        )
+        lines = [f"graph({head}) {{"]
+        for i, n in enumerate(self.nodes):
+            if n.op == "input":
+                continue
+            operands = ", ".join(f"%{o}" for o in n.operands)
+            params = ", ".join(f"{k}={_param_text(v)}" for k, v in n.params)
+            text = f"  %{i} = {n.op}"
+            if operands:
+                text += " " + operands
+            if params:
+                text += " {" + params + "}"
+            text += " : " + aval_text(n.shape, n.dtype) + (" weak" if n.weak else "")
+            lines.append(text)
+        lines.append("  return " + ", ".join(f"%{o}" for o in self.outputs))
+        lines.append("}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<Graph: {len(self.inputs)} inputs, {self.node_count()} ops, {len(self.outputs)} outputs>"
+
+
+def _param_text(value):
+    if isinstance(value, _dt.DType):
+        return value.name
+    if isinstance(value, Graph):
+        return "{" + value.as_text().replace("\n", "\n  ") + "}"
+    return repr(value)
+
+
+class GraphBuilder:
+    """Appends nodes to a graph under construction; ``build`` freezes it into a ``Graph``."""
+
+    def __init__(self):
+        self.nodes = []
+        self.inputs = []
+        self.input_names = []
+
+    def input(self, shape, dtype, name=None):
+        nid = len(self.nodes)
+        self.nodes.append(Node("input", (), (("index", len(self.inputs)),), tuple(shape), dtype))
+        self.inputs.append(nid)
+        self.input_names.append(name or f"in{len(self.inputs) - 1}")
+        return nid
+
+    def constant(self, value, weak=False):
+        value = np.asarray(value)
+        dtype = _dt._BY_NUMPY[value.dtype]
+        return self.add("constant", (), (("value", Const(value)),), value.shape, dtype, weak)
+
+    def add(self, op, operands, params, shape, dtype, weak=False):
+        nid = len(self.nodes)
+        self.nodes.append(Node(op, tuple(operands), params, tuple(shape), dtype, weak))
+        return nid
+
+    def build(self, outputs):
+        return Graph(self.nodes, self.inputs, outputs, self.input_names)

@@ -1,0 +1,72 @@
+"""The primitive registry: one ``Primitive`` (one rule table) per IR op.
+
+A primitive bundles its shape/dtype rule, its NumPy reference implementation (which is also
+the engine of eager mode and of constant folding), and its JVP, VJP and batching rules. Rules
+are written with the ordinary ``quabla.ops`` functions, so applying one while a graph is being
+built simply records more nodes: that is what makes the transforms graph-to-graph. Back ends
+look up their lowering of a primitive by its name (see ``lowering/``).
+"""
+
+__all__ = ["Primitive", "PRIMITIVES", "register", "Zero", "is_zero"]
+
+PRIMITIVES = {}
+
+
+class Zero:
+    """A symbolic zero tangent or cotangent of a given shape and dtype: never materialised."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"Zero({list(self.shape)}, {self.dtype})"
+
+
+def is_zero(value):
+    return value is None or isinstance(value, Zero)
+
+
+class Primitive:
+    """The rule table of one IR op.
+
+    - ``shape_rule(*avals, **params) -> (shape, dtype, weak)``; an aval has ``shape``, ``dtype``
+      and ``weak`` attributes (Tensors and TraceTensors qualify).
+    - ``impl(*ndarrays, **params) -> ndarray``: the NumPy reference.
+    - ``jvp(primals, tangents, out, **params) -> tangent | Zero``; tangents may be ``Zero``.
+    - ``vjp(ct, primals, out, **params) -> [cotangent | Zero | None per operand]``.
+    - ``batch(args, batched, size, **params) -> (out, out_batched)``: the batch axis leads.
+    - ``differentiable=False`` marks ops with no derivative (comparisons, bool logic).
+    - ``elementwise``: the lowering fuses it into loop nests through its scalar template.
+    """
+
+    __slots__ = (
+        "name", "shape_rule", "impl", "jvp", "vjp", "batch", "differentiable",
+        "elementwise", "scalar", "foldable", "spec",
+    )
+
+    def __init__(self, name, *, shape_rule, impl, jvp=None, vjp=None, batch=None,
+                 differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None):
+        self.name = name
+        self.shape_rule = shape_rule
+        self.impl = impl
+        self.jvp = jvp
+        self.vjp = vjp
+        self.batch = batch
+        self.differentiable = differentiable
+        self.elementwise = elementwise
+        self.scalar = scalar  # scalar code template for the loop-nest back ends
+        self.foldable = foldable
+        self.spec = spec  # the declarative entry (elementwise.yaml) this rule table came from
+
+    def __repr__(self):
+        return f"<Primitive {self.name}>"
+
+
+def register(prim):
+    if prim.name in PRIMITIVES:
+        raise ValueError(f"primitive {prim.name!r} is registered twice")
+    PRIMITIVES[prim.name] = prim
+    return prim

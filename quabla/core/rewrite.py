@@ -1,0 +1,225 @@
+"""The rewriter: common subexpression elimination, constant folding, NaN-safe algebraic
+identities and dead code elimination, applied after every transform.
+
+Symbolic AD bloats graphs (every ``x * 1``, every re-broadcast); this pass is what keeps the
+generated code small. It rebuilds the graph in one forward sweep with hash-consing, so a node
+is only ever created in canonical form, then drops what the outputs do not need.
+"""
+
+import numpy as np
+
+from .graph import Const, Graph, GraphBuilder
+from .primitives import PRIMITIVES
+
+__all__ = ["simplify"]
+
+FOLD_LIMIT = 1 << 16  # fold constant expressions up to this many elements
+
+
+def simplify(graph, max_passes=4):
+    """Return an equivalent, smaller graph (the same inputs, in the same order)."""
+    for _ in range(max_passes):
+        new = _dce(_sweep(graph))
+        if len(new.nodes) == len(graph.nodes) and new == graph:
+            return new
+        graph = new
+    return graph
+
+
+class _Sweep:
+    def __init__(self):
+        self.b = GraphBuilder()
+        self.table = {}
+
+    def node(self, i):
+        return self.b.nodes[i]
+
+    def emit(self, op, operands, params, shape, dtype, weak=False):
+        key = (op, operands, params, shape, dtype.name, weak)
+        found = self.table.get(key)
+        if found is not None:
+            return found
+        nid = self.b.add(op, operands, params, shape, dtype, weak)
+        self.table[key] = nid
+        return nid
+
+    def constant(self, value, dtype, weak):
+        value = np.asarray(value, dtype=dtype.numpy)
+        if value.ndim and value.size > 1:
+            first = value.reshape(-1)[:1]
+            if value.tobytes() == first.tobytes() * value.size:
+                scalar = self.constant(first.reshape(()), dtype, weak)
+                return self.emit(
+                    "broadcast_in_dim", (scalar,),
+                    (("broadcast_dimensions", ()), ("shape", value.shape)),
+                    value.shape, dtype, weak,
+                )
+        return self.emit("constant", (), (("value", Const(value)),), value.shape, dtype, weak)
+
+    # -- inspection helpers ---------------------------------------------------------------------
+    def splat(self, i):
+        """The scalar value of a constant or a broadcast of a scalar constant, else None."""
+        n = self.node(i)
+        if n.op == "broadcast_in_dim":
+            n = self.node(n.operands[0])
+        if n.op == "constant" and n.kw["value"].value.size == 1:
+            return n.kw["value"].value.item()
+        return None
+
+    def is_const(self, i):
+        return self.node(i).op == "constant"
+
+
+def _sweep(graph):
+    s = _Sweep()
+    remap = {}
+    for nid, node in enumerate(graph.nodes):
+        if node.op == "input":
+            remap[nid] = s.b.input(node.shape, node.dtype, graph.input_names[len(s.b.inputs)])
+            continue
+        if node.op == "constant":
+            remap[nid] = s.constant(node.kw["value"].value, node.dtype, node.weak)
+            continue
+        operands = tuple(remap[o] for o in node.operands)
+        remap[nid] = _rewrite(s, node, operands)
+    return s.b.build([remap[o] for o in graph.outputs])
+
+
+def _rewrite(s, node, operands):
+    op, params, shape, dtype, weak = node.op, node.params, node.shape, node.dtype, node.weak
+    simpler = _identity(s, op, operands, node)
+    if simpler is not None:
+        return simpler
+    prim = PRIMITIVES[op]
+    if prim.foldable and operands and all(s.is_const(o) for o in operands) and (
+        int(np.prod(shape, dtype=np.int64)) <= FOLD_LIMIT
+    ):
+        with np.errstate(all="ignore"):
+            value = prim.impl(*[s.node(o).kw["value"].value for o in operands], **dict(params))
+        return s.constant(value, dtype, weak)
+    if prim.elementwise and len(operands) > 0:
+        hoisted = _hoist_broadcast(s, node, operands)
+        if hoisted is not None:
+            return hoisted
+    return s.emit(op, operands, params, shape, dtype, weak)
+
+
+def _same_aval(s, i, node):
+    n = s.node(i)
+    return n.shape == node.shape and n.dtype is node.dtype
+
+
+def _identity(s, op, operands, node):
+    """NaN-safe algebraic identities; returns an existing node id or None."""
+    kw = dict(node.params)
+    if op in ("add", "sub"):
+        x, y = operands
+        if s.splat(y) == 0 and _same_aval(s, x, node):
+            return x
+        if op == "add" and s.splat(x) == 0 and _same_aval(s, y, node):
+            return y
+    elif op in ("mul", "div"):
+        x, y = operands
+        if s.splat(y) == 1 and _same_aval(s, x, node):
+            return x
+        if op == "mul" and s.splat(x) == 1 and _same_aval(s, y, node):
+            return y
+    elif op == "neg":
+        inner = s.node(operands[0])
+        if inner.op == "neg":
+            return inner.operands[0]
+    elif op == "integer_pow" and kw["n"] == 1:
+        return operands[0]
+    elif op == "select":
+        p, x, y = operands
+        if x == y:
+            return x
+        truth = s.splat(p)
+        if truth is not None:
+            return x if truth else y
+    elif op == "cast":
+        if s.node(operands[0]).dtype is kw["dtype"]:
+            return operands[0]
+    elif op == "reshape":
+        x = operands[0]
+        inner = s.node(x)
+        if inner.shape == node.shape:
+            return x
+        if inner.op == "reshape":
+            return s.emit("reshape", inner.operands, node.params, node.shape, node.dtype, node.weak)
+    elif op == "transpose":
+        inner = s.node(operands[0])
+        perm = kw["permutation"]
+        if perm == tuple(range(len(perm))):
+            return operands[0]
+        if inner.op == "transpose":
+            first = inner.kw["permutation"]
+            composed = tuple(first[p] for p in perm)
+            if composed == tuple(range(len(composed))):
+                return inner.operands[0]
+            return s.emit("transpose", inner.operands, (("permutation", composed),),
+                          node.shape, node.dtype, node.weak)
+    elif op == "broadcast_in_dim":
+        x = operands[0]
+        inner = s.node(x)
+        if inner.shape == node.shape:
+            return x
+        if inner.op == "broadcast_in_dim":
+            dims = kw["broadcast_dimensions"]
+            composed = tuple(dims[d] for d in inner.kw["broadcast_dimensions"])
+            return s.emit("broadcast_in_dim", inner.operands,
+                          (("broadcast_dimensions", composed), ("shape", node.shape)),
+                          node.shape, node.dtype, node.weak)
+    elif op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"):
+        if not kw["axes"]:
+            return operands[0]
+    return None
+
+
+def _hoist_broadcast(s, node, operands):
+    """f(broadcast(a), broadcast(b)) -> broadcast(f(a, b)) when every operand is broadcast
+    from one shape along the same axes: the op then runs on the small shape."""
+    sources = []
+    for o in operands:
+        n = s.node(o)
+        if n.op != "broadcast_in_dim":
+            return None
+        sources.append((n.operands[0], n.kw["broadcast_dimensions"]))
+    dims = sources[0][1]
+    small = s.node(sources[0][0]).shape
+    if any(d != dims or s.node(src).shape != small for src, d in sources):
+        return None
+    inner_node = _Shadow(node, small)
+    inner = _rewrite(s, inner_node, tuple(src for src, _ in sources))
+    return s.emit("broadcast_in_dim", (inner,),
+                  (("broadcast_dimensions", dims), ("shape", node.shape)),
+                  node.shape, node.dtype, node.weak)
+
+
+class _Shadow:
+    """The same op as ``node`` on a smaller shape."""
+
+    __slots__ = ("op", "params", "shape", "dtype", "weak")
+
+    def __init__(self, node, shape):
+        self.op, self.params, self.dtype, self.weak = node.op, node.params, node.dtype, node.weak
+        self.shape = shape
+
+
+def _dce(graph):
+    live = set(graph.outputs)
+    for nid in range(len(graph.nodes) - 1, -1, -1):
+        if nid in live:
+            live.update(graph.nodes[nid].operands)
+    live.update(graph.inputs)
+    new_id = {}
+    b = GraphBuilder()
+    for nid, node in enumerate(graph.nodes):
+        if nid not in live:
+            continue
+        if node.op == "input":
+            new_id[nid] = b.input(node.shape, node.dtype, graph.input_names[len(b.inputs)])
+        else:
+            new_id[nid] = b.add(node.op, tuple(new_id[o] for o in node.operands), node.params,
+                                node.shape, node.dtype, node.weak)
+    return Graph(b.nodes, b.inputs, [new_id[o] for o in graph.outputs], b.input_names)

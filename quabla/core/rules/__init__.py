@@ -1,0 +1,3 @@
+"""The rule tables of every primitive, one module per family; importing this registers them."""
+
+from . import elementwise, structural, reductions, linalg  # noqa: F401

@@ -1,0 +1,192 @@
+"""Builds the rule tables of the elementwise primitives from ``elementwise.yaml``.
+
+Shape, dtype and batching rules are shared by every elementwise op; the NumPy reference and
+the scalar template come from the table, and the JVP and VJP rules both come from the declared
+partial derivatives.
+"""
+
+import functools
+import pathlib
+
+import numpy as np
+import yaml
+
+from ... import dtypes as _dt
+from ... import ops
+from ..primitives import Primitive, Zero, is_zero, register
+
+TABLE_PATH = pathlib.Path(__file__).resolve().parent.parent / "elementwise.yaml"
+
+
+# -- NumPy helpers named by the templates (the back ends define their own scalar versions) ---
+
+def _logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _integer_pow(x, n):
+    """x ** n by repeated squaring, exactly as the loop-nest back ends compute it."""
+    result = np.ones_like(x)
+    base = x
+    while n:
+        if n & 1:
+            result = result * base
+        n >>= 1
+        if n:
+            base = base * base
+    return result
+
+
+NUMPY_NAMESPACE = {"np": np, "_logistic": _logistic, "_integer_pow": _integer_pow}
+
+
+# -- derivative helpers named by the partials ------------------------------------------------
+
+def integer_pow_partial(x, n):
+    if n == 0:
+        return 0
+    if n == 1:
+        return 1
+    return ops.multiply(float(n), ops.power(x, n - 1))
+
+
+def pow_base_partial(x, y):
+    singular = ops.logical_and(ops.equal(x, 0.0), ops.less(y, 1.0))
+    safe_x = ops.where(singular, 1.0, x)
+    return ops.where(singular, 0.0, y * ops.power(safe_x, y - 1.0))
+
+
+def pow_exponent_partial(x, y, out):
+    nonpositive = ops.less_equal(x, 0.0)
+    safe_x = ops.where(nonpositive, 1.0, x)
+    return ops.where(nonpositive, 0.0, out * ops.log(safe_x))
+
+
+PARTIALS_NAMESPACE = {
+    name: getattr(ops, name) for name in ops.__all__
+}
+PARTIALS_NAMESPACE.update(
+    integer_pow_partial=integer_pow_partial,
+    pow_base_partial=pow_base_partial,
+    pow_exponent_partial=pow_exponent_partial,
+)
+
+
+# -- the shared rules ------------------------------------------------------------------------
+
+def _shape_rule(name, accepts, *args, **params):
+    shape, dtype = tuple(args[0].shape), args[0].dtype
+    for a in args[1:]:
+        if tuple(a.shape) != shape or a.dtype is not dtype:
+            raise TypeError(f"{name}: operands must share shape and dtype")
+    if accepts == "bool":
+        if dtype is not _dt.bool_:
+            raise TypeError(f"{name} needs bool_ operands")
+    elif accepts == "float" and not dtype.is_floating:
+        raise TypeError(f"{name} needs floating operands, got {dtype}")
+    out_dtype = _dt.bool_ if accepts in ("bool", "compare") else dtype
+    weak = all(a._weak for a in args)
+    return shape, out_dtype, weak
+
+
+def _apply_partial(partial, value):
+    """partial * value, with the literal partials 1, -1 and 0 kept symbolic."""
+    if isinstance(partial, (int, float)):
+        if partial == 0:
+            return None
+        if partial == 1:
+            return value
+        if partial == -1:
+            return ops.negative(value)
+        return ops.multiply(partial, value)
+    return ops.multiply(partial, value)
+
+
+def _make_partials(entry):
+    names = entry["operands"]
+    param_names = entry.get("params", [])
+    formulas = entry.get("partials")
+    if formulas is None:
+        return None
+    compiled = []
+    for f in formulas:
+        if isinstance(f, (int, float)):
+            compiled.append(f)
+        else:
+            compiled.append(compile(str(f), f"<partial of {entry}>", "eval"))
+    def partials(primals, out, params):
+        env = dict(zip(names, primals), out=out, **{p: params[p] for p in param_names})
+        return [
+            c if isinstance(c, (int, float)) else _eval(c, env)
+            for c in compiled
+        ]
+    return partials
+
+
+def _eval(code, env):
+    result = eval(code, PARTIALS_NAMESPACE, env)  # our own table, not user input
+    return result
+
+
+def _jvp(partials, primals, tangents, out, **params):
+    total = None
+    active = [i for i, t in enumerate(tangents) if not is_zero(t)]
+    if not active:
+        return Zero(out.shape, out.dtype)
+    ps = partials(primals, out, params)
+    for i in active:
+        term = _apply_partial(ps[i], tangents[i])
+        if term is None:
+            continue
+        total = term if total is None else ops.add(total, term)
+    return Zero(out.shape, out.dtype) if total is None else total
+
+
+def _vjp(partials, ct, primals, out, **params):
+    ps = partials(primals, out, params)
+    return [_apply_partial(p, ct) for p in ps]
+
+
+def _batch(op, args, batched, size, **params):
+    from ..tracing import bind
+
+    shape = None
+    for a, b in zip(args, batched):
+        if b:
+            shape = tuple(a.shape)
+            break
+    args = [a if b else ops.broadcast_to(a, shape) for a, b in zip(args, batched)]
+    return bind(op, *args, **params), True
+
+
+def _make_impl(name, entry):
+    names = entry["operands"]
+    params = entry.get("params", [])
+    body = entry["numpy"].format(**{n: n for n in names + params})
+    signature = ", ".join(names) + (", *, " + ", ".join(params) if params else "")
+    return eval(f"lambda {signature}: {body}", NUMPY_NAMESPACE)
+
+
+def load_table(path=TABLE_PATH):
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def _register_all():
+    for name, entry in load_table().items():
+        partials = _make_partials(entry)
+        register(Primitive(
+            name,
+            shape_rule=functools.partial(_shape_rule, name, entry["accepts"]),
+            impl=_make_impl(name, entry),
+            jvp=functools.partial(_jvp, partials) if partials else None,
+            vjp=functools.partial(_vjp, partials) if partials else None,
+            batch=functools.partial(_batch, name),
+            differentiable=partials is not None,
+            elementwise=True,
+            scalar=entry["scalar"],
+            spec=entry,
+        ))
+
+
+_register_all()

@@ -1,0 +1,288 @@
+"""Rule tables of the structural primitives: broadcast, reshape, transpose, slice, pad,
+concatenate, select and cast. All are linear in their array operands (select in its branches)."""
+
+import numpy as np
+
+from ... import dtypes as _dt
+from ... import ops
+from ..primitives import Primitive, Zero, is_zero, register
+from ..tracing import bind
+
+
+def _same(x):
+    return x._weak
+
+
+def _zeros_like(aval):
+    return ops.broadcast_to(ops._weak_scalar(0, aval.dtype), aval.shape)
+
+
+def _linear_jvp(op):
+    """The JVP of an op that is linear in its single operand: apply the op to the tangent."""
+    def jvp(primals, tangents, out, **params):
+        (t,) = tangents
+        if is_zero(t):
+            return Zero(out.shape, out.dtype)
+        return bind(op, t, **params)
+    return jvp
+
+
+def _move_batch_to_front(x, axis):
+    if axis == 0:
+        return x
+    perm = (axis,) + tuple(d for d in range(x.ndim) if d != axis)
+    return bind("transpose", x, permutation=perm)
+
+
+# -- broadcast_in_dim -------------------------------------------------------------------------
+
+def _broadcast_shape(x, *, shape, broadcast_dimensions):
+    dims = broadcast_dimensions
+    if len(dims) != x.ndim or list(dims) != sorted(set(dims)) or any(
+        x.shape[i] != shape[d] for i, d in enumerate(dims)
+    ):
+        raise ValueError(f"broadcast_in_dim: cannot map {x.shape} into {list(shape)} along {dims}")
+    return tuple(shape), x.dtype, x._weak
+
+
+def _broadcast_impl(x, *, shape, broadcast_dimensions):
+    expanded = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        expanded[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+def _broadcast_vjp(ct, primals, out, *, shape, broadcast_dimensions):
+    (x,) = primals
+    summed = tuple(d for d in range(len(shape)) if d not in broadcast_dimensions)
+    return [bind("reduce_sum", ct, axes=summed) if summed else ct]
+
+
+def _broadcast_batch(args, batched, size, *, shape, broadcast_dimensions):
+    (x,) = args
+    return bind("broadcast_in_dim", x, shape=(size,) + tuple(shape),
+                broadcast_dimensions=(0,) + tuple(d + 1 for d in broadcast_dimensions)), True
+
+
+register(Primitive(
+    "broadcast_in_dim", shape_rule=_broadcast_shape, impl=_broadcast_impl,
+    jvp=_linear_jvp("broadcast_in_dim"), vjp=_broadcast_vjp, batch=_broadcast_batch,
+    foldable=False,
+))
+
+
+# -- reshape ----------------------------------------------------------------------------------
+
+def _reshape_shape(x, *, new_shape):
+    if int(np.prod(new_shape, dtype=np.int64)) != x.size:
+        raise ValueError(f"reshape: cannot reshape {x.shape} to {list(new_shape)}")
+    return tuple(new_shape), x.dtype, x._weak
+
+
+register(Primitive(
+    "reshape", shape_rule=_reshape_shape,
+    impl=lambda x, *, new_shape: x.reshape(new_shape),
+    jvp=_linear_jvp("reshape"),
+    vjp=lambda ct, primals, out, *, new_shape: [bind("reshape", ct, new_shape=tuple(primals[0].shape))],
+    batch=lambda args, batched, size, *, new_shape: (
+        bind("reshape", args[0], new_shape=(size,) + tuple(new_shape)), True),
+))
+
+
+# -- transpose --------------------------------------------------------------------------------
+
+def _transpose_shape(x, *, permutation):
+    return tuple(x.shape[p] for p in permutation), x.dtype, x._weak
+
+
+def _transpose_vjp(ct, primals, out, *, permutation):
+    inverse = tuple(int(i) for i in np.argsort(permutation))
+    return [bind("transpose", ct, permutation=inverse)]
+
+
+register(Primitive(
+    "transpose", shape_rule=_transpose_shape,
+    impl=lambda x, *, permutation: np.transpose(x, permutation),
+    jvp=_linear_jvp("transpose"), vjp=_transpose_vjp,
+    batch=lambda args, batched, size, *, permutation: (
+        bind("transpose", args[0], permutation=(0,) + tuple(p + 1 for p in permutation)), True),
+))
+
+
+# -- slice and pad ----------------------------------------------------------------------------
+
+def _slice_shape(x, *, start_indices, limit_indices, strides):
+    shape = tuple(
+        -(-(limit - start) // stride)
+        for start, limit, stride in zip(start_indices, limit_indices, strides)
+    )
+    if len(shape) != x.ndim or any(n <= 0 for n in shape) or any(
+        not 0 <= s < l <= n for s, l, n in zip(start_indices, limit_indices, x.shape)
+    ):
+        raise ValueError("slice: indices out of range")
+    return shape, x.dtype, x._weak
+
+
+def _slice_impl(x, *, start_indices, limit_indices, strides):
+    return x[tuple(slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides))]
+
+
+def _slice_vjp(ct, primals, out, *, start_indices, limit_indices, strides):
+    (x,) = primals
+    shape = tuple(out.shape)
+    high = tuple(
+        n - (s + (m - 1) * st + 1)
+        for n, s, m, st in zip(x.shape, start_indices, shape, strides)
+    )
+    return [bind("pad", ct, low=tuple(start_indices), high=high,
+                 interior=tuple(st - 1 for st in strides))]
+
+
+register(Primitive(
+    "slice", shape_rule=_slice_shape, impl=_slice_impl,
+    jvp=_linear_jvp("slice"), vjp=_slice_vjp,
+    batch=lambda args, batched, size, *, start_indices, limit_indices, strides: (
+        bind("slice", args[0], start_indices=(0,) + tuple(start_indices),
+             limit_indices=(size,) + tuple(limit_indices), strides=(1,) + tuple(strides)), True),
+))
+
+
+def _pad_shape(x, *, low, high, interior):
+    shape = tuple(
+        lo + n + (n - 1) * it + hi for n, lo, hi, it in zip(x.shape, low, high, interior)
+    )
+    return shape, x.dtype, x._weak
+
+
+def _pad_impl(x, *, low, high, interior):
+    shape, _, _ = _pad_shape(x, low=low, high=high, interior=interior)
+    out = np.zeros(shape, x.dtype)
+    out[tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
+              for lo, n, it in zip(low, x.shape, interior))] = x
+    return out
+
+
+def _pad_vjp(ct, primals, out, *, low, high, interior):
+    (x,) = primals
+    return [bind("slice", ct, start_indices=tuple(low),
+                 limit_indices=tuple(lo + (n - 1) * (it + 1) + 1
+                                     for lo, n, it in zip(low, x.shape, interior)),
+                 strides=tuple(it + 1 for it in interior))]
+
+
+register(Primitive(
+    "pad", shape_rule=_pad_shape, impl=_pad_impl,
+    jvp=_linear_jvp("pad"), vjp=_pad_vjp,
+    batch=lambda args, batched, size, *, low, high, interior: (
+        bind("pad", args[0], low=(0,) + tuple(low), high=(0,) + tuple(high),
+             interior=(0,) + tuple(interior)), True),
+))
+
+
+# -- concatenate ------------------------------------------------------------------------------
+
+def _concat_shape(*xs, axis):
+    first = xs[0]
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    if any(x.dtype is not first.dtype for x in xs):
+        raise TypeError("concatenate: operands must share a dtype")
+    return tuple(shape), first.dtype, all(x._weak for x in xs)
+
+
+def _concat_jvp(primals, tangents, out, *, axis):
+    if all(is_zero(t) for t in tangents):
+        return Zero(out.shape, out.dtype)
+    parts = [_zeros_like(p) if is_zero(t) else t for p, t in zip(primals, tangents)]
+    return bind("concatenate", *parts, axis=axis)
+
+
+def _concat_vjp(ct, primals, out, *, axis):
+    cts, start = [], 0
+    for x in primals:
+        n = x.shape[axis]
+        starts = [0] * ct.ndim
+        limits = list(ct.shape)
+        starts[axis], limits[axis] = start, start + n
+        cts.append(bind("slice", ct, start_indices=tuple(starts), limit_indices=tuple(limits),
+                        strides=(1,) * ct.ndim))
+        start += n
+    return cts
+
+
+def _concat_batch(args, batched, size, *, axis):
+    args = [a if b else ops.broadcast_to(a, (size,) + tuple(a.shape)) for a, b in zip(args, batched)]
+    return bind("concatenate", *args, axis=axis + 1), True
+
+
+register(Primitive(
+    "concatenate", shape_rule=_concat_shape,
+    impl=lambda *xs, axis: np.concatenate(xs, axis=axis),
+    jvp=_concat_jvp, vjp=_concat_vjp, batch=_concat_batch,
+))
+
+
+# -- select -----------------------------------------------------------------------------------
+
+def _select_shape(pred, x, y):
+    if pred.dtype is not _dt.bool_:
+        raise TypeError("select: the predicate must be bool_")
+    if not (tuple(pred.shape) == tuple(x.shape) == tuple(y.shape)) or x.dtype is not y.dtype:
+        raise TypeError("select: operands must share shape (and branches a dtype)")
+    return tuple(x.shape), x.dtype, x._weak and y._weak
+
+
+def _select_jvp(primals, tangents, out, **params):
+    pred, x, y = primals
+    _, tx, ty = tangents
+    if is_zero(tx) and is_zero(ty):
+        return Zero(out.shape, out.dtype)
+    tx = _zeros_like(x) if is_zero(tx) else tx
+    ty = _zeros_like(y) if is_zero(ty) else ty
+    return bind("select", pred, tx, ty)
+
+
+def _select_vjp(ct, primals, out):
+    pred = primals[0]
+    zero = _zeros_like(ct)
+    return [None, bind("select", pred, ct, zero), bind("select", pred, zero, ct)]
+
+
+register(Primitive(
+    "select", shape_rule=_select_shape, impl=lambda p, x, y: np.where(p, x, y),
+    jvp=_select_jvp, vjp=_select_vjp,
+    batch=lambda args, batched, size: _elementwise_batch("select", args, batched, size),
+    elementwise=True, scalar="({x} if {pred} else {y})",
+))
+
+
+def _elementwise_batch(op, args, batched, size, **params):
+    shape = next(tuple(a.shape) for a, b in zip(args, batched) if b)
+    args = [a if b else ops.broadcast_to(a, shape) for a, b in zip(args, batched)]
+    return bind(op, *args, **params), True
+
+
+# -- cast -------------------------------------------------------------------------------------
+
+def _cast_jvp(primals, tangents, out, *, dtype):
+    (t,) = tangents
+    if is_zero(t) or not dtype.is_floating:
+        return Zero(out.shape, out.dtype)
+    return bind("cast", t, dtype=dtype)
+
+
+def _cast_vjp(ct, primals, out, *, dtype):
+    (x,) = primals
+    if not x.dtype.is_floating or not dtype.is_floating:
+        return [None]
+    return [bind("cast", ct, dtype=x.dtype)]
+
+
+register(Primitive(
+    "cast",
+    shape_rule=lambda x, *, dtype: (tuple(x.shape), dtype, x._weak),
+    impl=lambda x, *, dtype: x.astype(dtype.numpy),
+    jvp=_cast_jvp, vjp=_cast_vjp,
+    batch=lambda args, batched, size, *, dtype: (bind("cast", args[0], dtype=dtype), True),
+    elementwise=True, scalar="_cast_{dtype}({x})",
+))

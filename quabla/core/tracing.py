@@ -1,0 +1,205 @@
+"""Tracing: ``TraceTensor`` placeholders, the stack of traces in progress, and ``bind``.
+
+``bind(op, *args, **params)`` is the single entry of every primitive application. With only
+eager arguments it runs the primitive's NumPy reference at once (eager mode). With a tracer
+among the arguments it records a node in the innermost trace in progress that the tracers
+belong to. Eager arrays that meet a tracer become graph constants, and tracers of enclosing
+traces are lifted into the inner graph as capture inputs, so closures compose (spec S3b, S4b).
+"""
+
+import threading
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..array import Array, Shape, Tensor
+from ..errors import CONTROL_FLOW_MESSAGE, TracerError
+from ..operators import Operators
+from .graph import GraphBuilder
+from .primitives import PRIMITIVES
+
+__all__ = ["TraceTensor", "TraceFrame", "bind", "trace_frame", "current_frames"]
+
+_local = threading.local()
+
+
+def current_frames():
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+class TraceFrame(GraphBuilder):
+    """A graph under construction whose tracers are live while the traced function runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.level = len(current_frames())
+        self.active = False
+        self.captures = []       # the outer tracers lifted into this graph, in input order
+        self._captured = {}      # (id(frame), node id) of an outer tracer -> local input id
+        self._constants = {}     # id(tensor) -> (tensor, local constant id)
+
+    def new_input(self, shape, dtype, name=None):
+        return TraceTensor(self, self.input(shape, dtype, name), shape, dtype, False)
+
+    def operand(self, value):
+        """The local node id standing for ``value`` (a tracer or an eager array)."""
+        if type(value) is TraceTensor:
+            frame = value._frame
+            if frame is self:
+                return value._id
+            if not frame.active:
+                raise _escaped()
+            if frame.level > self.level:
+                raise TracerError(
+                    "a tracer of an inner trace was used in an enclosing one; return it from "
+                    "the inner function instead"
+                )
+            key = (id(frame), value._id)
+            nid = self._captured.get(key)
+            if nid is None:
+                nid = self.input(value.shape, value.dtype, f"__quabla_capture/{len(self.captures)}")
+                self._captured[key] = nid
+                self.captures.append(value)
+            return nid
+        entry = self._constants.get(id(value))
+        if entry is None:
+            nid = self.constant(value._value, value._weak)
+            self._constants[id(value)] = (value, nid)
+            return nid
+        return entry[1]
+
+    def wrap(self, nid):
+        node = self.nodes[nid]
+        return TraceTensor(self, nid, node.shape, node.dtype, node.weak)
+
+
+def _escaped():
+    return TracerError(
+        "a TraceTensor escaped its trace (it was stored in a global or a container and used "
+        "after its function returned); return values from the traced function instead"
+    )
+
+
+class trace_frame:
+    """Context manager that makes ``frame`` the innermost trace in progress."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame):
+        self.frame = frame
+
+    def __enter__(self):
+        current_frames().append(self.frame)
+        self.frame.active = True
+        return self.frame
+
+    def __exit__(self, *exc):
+        self.frame.active = False
+        current_frames().pop()
+
+
+class TraceTensor(Operators):
+    """A placeholder for an array while a function is traced; it records operations."""
+
+    __slots__ = ("_frame", "_id", "shape", "dtype", "_weak")
+
+    def __init__(self, frame, nid, shape, dtype, weak):
+        self._frame = frame
+        self._id = nid
+        self.shape = Shape(shape)
+        self.dtype = dtype
+        self._weak = weak
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def weak_type(self):
+        return self._weak
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d TraceTensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d TraceTensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self):
+        return f"TraceTensor(shape={self.shape}, dtype={self.dtype})"
+
+    def __bool__(self):
+        raise TracerError(CONTROL_FLOW_MESSAGE)
+
+    def _concrete(self, what):
+        raise TracerError(
+            f"{what} needs a concrete value, but this is a TraceTensor inside a transform; "
+            "return the value from the transformed function instead"
+        )
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __complex__(self):
+        self._concrete("complex()")
+
+    def __index__(self):
+        raise TracerError(
+            "a TraceTensor cannot be used as an index: indices must be static Python ints"
+        )
+
+    def item(self):
+        self._concrete("item()")
+
+    def tolist(self):
+        self._concrete("tolist()")
+
+    def numpy(self):
+        self._concrete("numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("conversion to a NumPy array")
+
+    def __hash__(self):
+        return object.__hash__(self)
+
+
+Array.register(TraceTensor)
+
+
+def bind(op, *args, **params):
+    """Apply primitive ``op`` to ``args`` (Tensors or TraceTensors): eagerly, or into a trace."""
+    prim = PRIMITIVES[op]
+    frame = None
+    for a in args:
+        if type(a) is TraceTensor:
+            f = a._frame
+            if not f.active:
+                raise _escaped()
+            if frame is None or f.level > frame.level:
+                frame = f
+    shape, dtype, weak = prim.shape_rule(*args, **params)
+    if frame is None:
+        with np.errstate(all="ignore"):
+            value = prim.impl(*[a._value for a in args], **params)
+        if type(value) is not np.ndarray or value.dtype != dtype.numpy:
+            value = np.asarray(value, dtype=dtype.numpy)
+        if not value.flags.c_contiguous:
+            value = value.copy()
+        return Tensor._wrap(value, weak)
+    operands = [frame.operand(a) for a in args]
+    nid = frame.add(op, operands, tuple(sorted(params.items())), shape, dtype, weak)
+    return TraceTensor(frame, nid, shape, dtype, weak)

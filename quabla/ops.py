@@ -1,0 +1,636 @@
+"""The module-level operations of Quabla (spec 000 §3.2), for eager and traced arrays alike.
+
+Each function applies the dtype rules once (strict promotion between arrays, weak Python
+scalars that adopt the dtype of the arrays they meet, no math on bool_), makes broadcasting
+explicit, and binds primitives. Composite operations (mean, norm, softplus, einsum, ...) are
+written here in terms of primitives, so they need no derivative rules of their own.
+"""
+
+import builtins
+import math
+import numbers
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import Array, Tensor, asarray
+from .core.tracing import TraceTensor, bind
+from .errors import TracerError
+
+__all__ = [
+    "negative", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
+    "sin", "cos", "exp", "log", "log1p", "expm1", "tanh", "sqrt", "sign", "square",
+    "relu", "sigmoid", "softplus",
+    "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+    "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
+    "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
+    "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
+]
+
+_PYTHON_SCALARS = (int, float, bool)
+
+
+# -- conversion and the dtype rules ---------------------------------------------------------
+
+def _as_array(x):
+    """Arrays pass through; anything array-like (NumPy, lists, NumPy scalars) is imported."""
+    if isinstance(x, Array):
+        return x
+    return asarray(x)
+
+
+def _weak_scalar(value, dtype):
+    return Tensor._wrap(np.array(value, dtype=dtype.numpy), weak=True)
+
+
+def _promote(name, operands, kind="float"):
+    """Apply the dtype rules to ``operands``; returns arrays of one dtype.
+
+    kind: "float" (math: floating operands), "compare" (floating, or bool for (in)equality),
+    "logical" (bool operands), "any" (floating or bool, as in where/concat).
+    """
+    strong = None
+    weak_dtype = None
+    arrays = []
+    for x in operands:
+        if isinstance(x, _PYTHON_SCALARS) and not isinstance(x, np.generic):
+            if isinstance(x, bool):
+                if kind in ("float",):
+                    raise TypeError(f"quabla.{name} does not accept bool operands")
+                weak_dtype = weak_dtype or _dt.bool_
+            elif weak_dtype is None or weak_dtype is _dt.bool_:
+                weak_dtype = _dt.float64
+            arrays.append(x)
+            continue
+        x = _as_array(x)
+        arrays.append(x)
+        if x._weak:
+            if weak_dtype is None or weak_dtype is _dt.bool_:
+                weak_dtype = x.dtype
+            continue
+        if strong is None:
+            strong = x.dtype
+        elif strong is not x.dtype:
+            raise TypeError(
+                f"quabla.{name} got mixed dtypes {strong} and {x.dtype}; convert one operand "
+                f"explicitly with .astype({strong}) or .astype({x.dtype})"
+            )
+    dtype = strong or weak_dtype
+    if dtype is _dt.bool_ and kind == "float":
+        raise TypeError(f"quabla.{name} does not accept bool_ operands; use .astype(float64)")
+    if dtype is not _dt.bool_ and kind == "logical":
+        raise TypeError(f"quabla.{name} needs bool_ operands, got {dtype}")
+    out = []
+    for x in arrays:
+        if not isinstance(x, Array):
+            if dtype is _dt.bool_ and not isinstance(x, bool):
+                raise TypeError(f"quabla.{name} cannot mix a number with bool_ operands")
+            x = _weak_scalar(x, dtype)
+        elif x.dtype is not dtype:
+            if not x._weak:
+                raise TypeError(f"quabla.{name} cannot mix {x.dtype} and {dtype} operands")
+            x = bind("cast", x, dtype=dtype)
+        out.append(x)
+    return out
+
+
+def _broadcast_all(name, arrays):
+    shapes = [tuple(a.shape) for a in arrays]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"quabla.{name}: shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
+        ) from None
+    return [a if tuple(a.shape) == shape else _broadcast(a, shape) for a in arrays]
+
+
+def _broadcast(x, shape):
+    shape = tuple(shape)
+    lead = len(shape) - len(x.shape)
+    dims = tuple(range(lead, len(shape)))
+    squeezed = [d for d, (n, m) in enumerate(zip(x.shape, shape[lead:])) if n != m]
+    if squeezed:  # size-1 axes that stretch: drop them first, so the primitive stays simple
+        keep = tuple(d for d in range(x.ndim) if d not in squeezed)
+        x = bind("reshape", x, new_shape=tuple(x.shape[d] for d in keep))
+        dims = tuple(dims[d] for d in keep)
+    return bind("broadcast_in_dim", x, shape=shape, broadcast_dimensions=dims)
+
+
+def _elementwise(op, *operands, kind="float"):
+    arrays = _broadcast_all(op, _promote(op, operands, kind))
+    return bind(op, *arrays)
+
+
+def _unary(op, x, kind="float"):
+    (x,) = _promote(op, (x,), kind)
+    return bind(op, x)
+
+
+# -- elementwise ----------------------------------------------------------------------------
+
+def negative(x):
+    return _unary("neg", x)
+
+
+def add(x, y):
+    return _elementwise("add", x, y)
+
+
+def subtract(x, y):
+    return _elementwise("sub", x, y)
+
+
+def multiply(x, y):
+    return _elementwise("mul", x, y)
+
+
+def divide(x, y):
+    return _elementwise("div", x, y)
+
+
+def maximum(x, y):
+    return _elementwise("max", x, y)
+
+
+def minimum(x, y):
+    return _elementwise("min", x, y)
+
+
+def power(x, y):
+    """``x ** y``: a non-negative Python int exponent uses exact repeated multiplication."""
+    if isinstance(y, numbers.Integral) and not isinstance(y, (bool, np.bool_)) and y >= 0:
+        if isinstance(x, _PYTHON_SCALARS):
+            x = _weak_scalar(x, _dt.float64) if not isinstance(x, bool) else x
+        (x,) = _promote("power", (x,))
+        return bind("integer_pow", x, n=int(y))
+    return _elementwise("pow", x, y)
+
+
+def square(x):
+    return power(x, 2)
+
+
+def _unary_function(op, public):
+    def fn(x):
+        return _unary(op, x)
+
+    fn.__name__ = public
+    fn.__qualname__ = public
+    fn.__doc__ = f"Elementwise {public}."
+    return fn
+
+
+sin = _unary_function("sin", "sin")
+cos = _unary_function("cos", "cos")
+exp = _unary_function("exp", "exp")
+log = _unary_function("log", "log")
+log1p = _unary_function("log1p", "log1p")
+expm1 = _unary_function("expm1", "expm1")
+tanh = _unary_function("tanh", "tanh")
+sqrt = _unary_function("sqrt", "sqrt")
+sign = _unary_function("sign", "sign")
+sigmoid = _unary_function("logistic", "sigmoid")
+
+
+def abs(x):  # noqa: A001 - the spec names it abs; it is kept out of __all__
+    return _unary("abs", x)
+
+
+def relu(x):
+    """max(x, 0), with derivative 0 at 0 (as JAX)."""
+    (x,) = _promote("relu", (x,))
+    return where(greater(x, 0.0), x, 0.0)
+
+
+def softplus(x):
+    """log(1 + exp(x)), computed without overflow."""
+    (x,) = _promote("softplus", (x,))
+    return add(log1p(exp(negative(abs(x)))), maximum(x, 0.0))
+
+
+def _comparison(op, public):
+    def fn(x, y):
+        return _elementwise(op, x, y, kind="compare")
+
+    fn.__name__ = public
+    fn.__qualname__ = public
+    fn.__doc__ = f"Elementwise {public} (a bool_ result)."
+    return fn
+
+
+greater = _comparison("gt", "greater")
+greater_equal = _comparison("ge", "greater_equal")
+less = _comparison("lt", "less")
+less_equal = _comparison("le", "less_equal")
+equal = _comparison("eq", "equal")
+not_equal = _comparison("ne", "not_equal")
+
+
+def logical_and(x, y):
+    return _elementwise("and", x, y, kind="logical")
+
+
+def logical_or(x, y):
+    return _elementwise("or", x, y, kind="logical")
+
+
+def logical_not(x):
+    return _unary("not", x, kind="logical")
+
+
+def isfinite(x):
+    return _unary("isfinite", x)
+
+
+def isnan(x):
+    return _unary("isnan", x)
+
+
+def where(condition, x, y):
+    """Elementwise selection: ``x`` where ``condition`` holds, else ``y``."""
+    (condition,) = _promote("where", (condition,), kind="logical")
+    x, y = _promote("where", (x, y), kind="any")
+    condition, x, y = _broadcast_all("where", [condition, x, y])
+    return bind("select", condition, x, y)
+
+
+def astype(x, dtype):
+    x = _as_array(x)
+    dtype = _dt.dtype(dtype)
+    if x.dtype is dtype:
+        return x
+    return bind("cast", x, dtype=dtype)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+
+def _axis(axis, ndim, name):
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        if isinstance(axis, Array):
+            raise TracerError(f"quabla.{name}: axis must be a static Python int")
+        raise TypeError(f"quabla.{name}: axis must be an int, got {type(axis).__name__}")
+    if not -ndim <= axis < builtins.max(ndim, 1):
+        raise ValueError(f"quabla.{name}: axis {axis} is out of range for rank {ndim}")
+    return axis % builtins.max(ndim, 1)
+
+
+def _axes(axis, ndim, name):
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(sorted(_axis(a, ndim, name) for a in axis))
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"quabla.{name}: repeated axis in {axis}")
+        return axes
+    return (_axis(axis, ndim, name),)
+
+
+def reshape(x, shape):
+    x = _as_array(x)
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = [int(d) for d in shape]
+    size = x.size
+    if shape.count(-1) > 1:
+        raise ValueError("quabla.reshape: only one dimension can be -1")
+    if -1 in shape:
+        rest = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if rest <= 0 or size % rest:
+            raise ValueError(f"quabla.reshape: cannot reshape {x.shape} to {shape}")
+        shape[shape.index(-1)] = size // rest
+    shape = tuple(shape)
+    if builtins.any(d <= 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) != size:
+        raise ValueError(f"quabla.reshape: cannot reshape {x.shape} to {list(shape)}")
+    if shape == tuple(x.shape):
+        return x
+    return bind("reshape", x, new_shape=shape)
+
+
+def transpose(x, axes=None):
+    x = _as_array(x)
+    if axes is None:
+        perm = tuple(reversed(range(x.ndim)))
+    else:
+        perm = tuple(_axis(a, x.ndim, "transpose") for a in axes)
+        if sorted(perm) != list(range(x.ndim)):
+            raise ValueError(f"quabla.transpose: {tuple(axes)} is not a permutation of the axes")
+    if perm == tuple(range(x.ndim)):
+        return x
+    return bind("transpose", x, permutation=perm)
+
+
+def broadcast_to(x, shape):
+    x = _as_array(x)
+    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(int(d) for d in shape)
+    try:
+        if np.broadcast_shapes(tuple(x.shape), shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"quabla.broadcast_to: cannot broadcast {x.shape} to {list(shape)}") from None
+    if shape == tuple(x.shape):
+        return x
+    return _broadcast(x, shape)
+
+
+def squeeze(x, axis=None):
+    x = _as_array(x)
+    axes = [d for d in range(x.ndim) if x.shape[d] == 1] if axis is None else _axes(axis, x.ndim, "squeeze")
+    if builtins.any(x.shape[d] != 1 for d in axes):
+        raise ValueError("quabla.squeeze: can only remove axes of size 1")
+    return reshape(x, tuple(n for d, n in enumerate(x.shape) if d not in axes)) if axes else x
+
+
+def expand_dims(x, axis):
+    x = _as_array(x)
+    axis = _axis(axis, x.ndim + 1, "expand_dims")
+    shape = list(x.shape)
+    shape.insert(axis, 1)
+    return bind("reshape", x, new_shape=tuple(shape))
+
+
+def concat(arrays, axis=0):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("quabla.concat needs at least one array")
+    arrays = _promote("concat", arrays, kind="any")
+    ndim = arrays[0].ndim
+    if ndim == 0:
+        raise ValueError("quabla.concat cannot join 0-d arrays; use quabla.stack")
+    axis = _axis(axis, ndim, "concat")
+    for a in arrays:
+        if a.ndim != ndim or builtins.any(
+            a.shape[d] != arrays[0].shape[d] for d in range(ndim) if d != axis
+        ):
+            raise ValueError(
+                f"quabla.concat: shapes {[list(a.shape) for a in arrays]} differ off axis {axis}"
+            )
+    if len(arrays) == 1:
+        return arrays[0]
+    return bind("concatenate", *arrays, axis=axis)
+
+
+def stack(arrays, axis=0):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("quabla.stack needs at least one array")
+    arrays = _promote("stack", arrays, kind="any")
+    shape = tuple(arrays[0].shape)
+    if builtins.any(tuple(a.shape) != shape for a in arrays):
+        raise ValueError(f"quabla.stack: shapes {[list(a.shape) for a in arrays]} differ")
+    axis = _axis(axis, len(shape) + 1, "stack")
+    expanded = [expand_dims(a, axis) for a in arrays]
+    if len(expanded) == 1:
+        return expanded[0]
+    return bind("concatenate", *expanded, axis=axis)
+
+
+def getitem(x, index):
+    """Static NumPy basic indexing: ints (negative too), slices, None and Ellipsis."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    for item in index:
+        if isinstance(item, TraceTensor):
+            raise TracerError(
+                "a TraceTensor cannot be used as an index: indices must be static Python ints"
+            )
+        if isinstance(item, (Array, np.ndarray, list)) or (
+            isinstance(item, (bool, np.bool_))
+        ):
+            raise TypeError("only static basic indexing (ints, slices, None, ...) is supported")
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if used > x.ndim:
+        raise IndexError(f"too many indices for an array of rank {x.ndim}")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (x.ndim - used) + index[at + 1:]
+    else:
+        index = index + (slice(None),) * (x.ndim - used)
+    starts, limits, strides, out_shape = [], [], [], []
+    dim = 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            continue
+        n = x.shape[dim]
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            if step < 0:
+                raise IndexError("negative slice steps are not supported")
+            count = builtins.max(0, -(-(stop - start) // step))
+            if count == 0:
+                raise IndexError("the slice selects no elements (zero-extent arrays are unsupported)")
+            starts.append(start)
+            limits.append(start + (count - 1) * step + 1)
+            strides.append(step)
+            out_shape.append(count)
+        else:
+            i = int(item)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+            i %= n
+            starts.append(i)
+            limits.append(i + 1)
+            strides.append(1)
+        dim += 1
+    y = x
+    if starts != [0] * x.ndim or limits != list(x.shape) or builtins.any(s != 1 for s in strides):
+        y = bind("slice", x, start_indices=tuple(starts), limit_indices=tuple(limits),
+                 strides=tuple(strides))
+    return reshape(y, tuple(out_shape))
+
+
+# -- reductions -----------------------------------------------------------------------------
+
+def _reduce(op, x, axis, keepdims, kind="float"):
+    (x,) = _promote(op, (x,), kind)
+    axes = _axes(axis, x.ndim, op)
+    out = bind(op, x, axes=axes) if axes else x
+    if keepdims:
+        out = reshape(out, tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
+    return out
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("reduce_sum", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("reduce_max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("reduce_min", x, axis, keepdims)
+
+
+def _as_bool(x, name):
+    x = _as_array(x) if not isinstance(x, bool) else x
+    if isinstance(x, bool):
+        return _weak_scalar(x, _dt.bool_)
+    return x if x.dtype is _dt.bool_ else not_equal(x, 0.0)
+
+
+def any(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("reduce_or", _as_bool(x, "any"), axis, keepdims, kind="logical")
+
+
+def all(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("reduce_and", _as_bool(x, "all"), axis, keepdims, kind="logical")
+
+
+def mean(x, axis=None, keepdims=False):
+    (x,) = _promote("mean", (x,))
+    axes = _axes(axis, x.ndim, "mean")
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    return divide(sum(x, axis, keepdims), float(count))
+
+
+def norm(x, axis=None, keepdims=False):
+    """The Euclidean (Frobenius) norm over ``axis``."""
+    (x,) = _promote("norm", (x,))
+    return sqrt(sum(multiply(x, x), axis, keepdims))
+
+
+# -- linear algebra -------------------------------------------------------------------------
+
+def dot_general(lhs, rhs, contracting, batch=((), ())):
+    """The general contraction: output axes are batch, then lhs free, then rhs free."""
+    lhs, rhs = _promote("dot_general", (lhs, rhs))
+    return bind(
+        "dot_general", lhs, rhs,
+        dimension_numbers=(tuple(map(tuple, contracting)), tuple(map(tuple, batch))),
+    )
+
+
+def matmul(a, b):
+    """NumPy ``matmul``: 1-d operands are promoted and the added axis removed again."""
+    a, b = _promote("matmul", (a, b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("quabla.matmul: operands must have rank >= 1; use * for scalars")
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    if a_vec:
+        a = reshape(a, (1, a.shape[0]))
+    if b_vec:
+        b = reshape(b, (b.shape[0], 1))
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"quabla.matmul: inner dimensions differ ({list(a.shape)} @ {list(b.shape)})"
+        )
+    batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    nb = len(batch)
+    if nb:
+        a = broadcast_to(a, batch + tuple(a.shape[-2:]))
+        b = broadcast_to(b, batch + tuple(b.shape[-2:]))
+    out = bind(
+        "dot_general", a, b,
+        dimension_numbers=(((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))),
+    )
+    if a_vec or b_vec:
+        shape = tuple(out.shape)
+        if b_vec:
+            shape = shape[:-1]
+        if a_vec:
+            shape = shape[:-2] + shape[-1:] if not b_vec else shape[:-1]
+        out = reshape(out, shape)
+    return out
+
+
+def einsum(subscripts, *operands):
+    """Einstein summation over one or more operands, lowered to transposes, sums and dot_general."""
+    if "..." in subscripts:
+        raise ValueError("quabla.einsum does not support ellipses")
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        inputs, output = subscripts.split("->")
+    else:
+        inputs = subscripts
+        letters = inputs.replace(",", "")
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"quabla.einsum: {len(terms)} terms for {len(operands)} operands")
+    arrays = _promote("einsum", operands)
+    for term, a in zip(terms, arrays):
+        if len(term) != a.ndim:
+            raise ValueError(f"quabla.einsum: term {term!r} does not match rank {a.ndim}")
+        if len(set(term)) != len(term):
+            raise ValueError("quabla.einsum does not support repeated indices within one operand")
+    sizes = {}
+    for term, a in zip(terms, arrays):
+        for c, n in zip(term, a.shape):
+            if sizes.setdefault(c, n) != n:
+                raise ValueError(f"quabla.einsum: index {c!r} has sizes {sizes[c]} and {n}")
+    acc, acc_term = arrays[0], terms[0]
+    rest = terms[1:]
+    for i, (term, b) in enumerate(zip(terms[1:], arrays[1:])):
+        later = set(output) | set("".join(rest[i + 1:]))
+        acc, acc_term = _sum_unused(acc, acc_term, later | set(term))
+        b, term = _sum_unused(b, term, later | set(acc_term))
+        batch = [c for c in acc_term if c in term and c in later]
+        contract = [c for c in acc_term if c in term and c not in later]
+        acc = bind(
+            "dot_general", acc, b,
+            dimension_numbers=(
+                (tuple(acc_term.index(c) for c in contract), tuple(term.index(c) for c in contract)),
+                (tuple(acc_term.index(c) for c in batch), tuple(term.index(c) for c in batch)),
+            ),
+        )
+        acc_term = "".join(batch) + "".join(
+            c for c in acc_term if c not in batch and c not in contract
+        ) + "".join(c for c in term if c not in batch and c not in contract)
+    acc, acc_term = _sum_unused(acc, acc_term, set(output))
+    if set(acc_term) != set(output) or len(output) != len(set(output)):
+        raise ValueError(f"quabla.einsum: bad output subscripts {output!r}")
+    return transpose(acc, tuple(acc_term.index(c) for c in output)) if acc_term != output else acc
+
+
+def _sum_unused(x, term, keep):
+    axes = tuple(d for d, c in enumerate(term) if c not in keep)
+    if not axes:
+        return x, term
+    return sum(x, axes), "".join(c for c in term if c in keep)
+
+
+def _square_matrix(a, name):
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"quabla.{name} needs a square matrix, got shape {list(a.shape)}")
+
+
+def solve(a, b):
+    """The solution ``x`` of ``a @ x = b`` for a square matrix ``a`` and a vector or matrix ``b``."""
+    a, b = _promote("solve", (a, b))
+    _square_matrix(a, "solve")
+    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ValueError(f"quabla.solve: b of shape {list(b.shape)} does not match a {list(a.shape)}")
+    return bind("solve", a, b)
+
+
+def cholesky(a):
+    """The lower Cholesky factor of a symmetric positive definite matrix (NaN if it is not)."""
+    (a,) = _promote("cholesky", (a,))
+    _square_matrix(a, "cholesky")
+    return bind("cholesky", a)
+
+
+def _triangle(x, k, lower, name):
+    (x,) = _promote(name, (x,), kind="any")
+    if x.ndim < 2:
+        raise ValueError(f"quabla.{name} needs rank >= 2")
+    n, m = x.shape[-2:]
+    mask = np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
+    zero = False if x.dtype is _dt.bool_ else 0.0
+    return where(Tensor._wrap(np.broadcast_to(mask, x.shape).copy()), x, zero)
+
+
+def tril(x, k=0):
+    return _triangle(x, k, True, "tril")
+
+
+def triu(x, k=0):
+    return _triangle(x, k, False, "triu")
+
+
+# math is used by the derivative formulas of elementwise.yaml
+_ = math

@@ -1,0 +1,313 @@
+"""Staging: how a transformed function is traced, transformed, compiled, cached and called.
+
+A ``Staged`` function flattens its arguments, computes a signature (pytree structure, per-leaf
+shape and dtype, static values), and looks it up in a bounded LRU cache of compiled programs.
+On a miss, its ``Transform`` traces the user function into a graph, transforms it graph to
+graph, and the graph is lowered. Called on tracers (inside another transform), the staged
+graph is inlined into the enclosing trace instead, which is how transforms compose.
+"""
+
+import logging
+import os
+import time
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+
+from . import tree
+from .array import Array, Tensor, asarray
+from .core.tracing import TraceFrame, TraceTensor, trace_frame
+from .errors import RetraceWarning
+from .transforms import inline
+
+__all__ = ["Staged", "Transform", "trace_function", "signature_text", "logger"]
+
+logger = logging.getLogger("quabla")
+if os.environ.get("QUABLA_LOG_COMPILES") and not logger.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("quabla: %(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(logging.INFO)
+
+_PYTHON_SCALARS = (bool, int, float)
+
+
+class _Aval:
+    """A leaf of a signature: shape and dtype of an array argument."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+class _Text:
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def signature_text(treedef, parts):
+    """``(float64[3], {'w': float64[2, 1]}, 0.5)``: how signatures are shown to users."""
+    from .dtypes import _BY_NUMPY
+
+    leaves = []
+    for part in parts:
+        if part[0] == "static":
+            value = part[2]
+            leaves.append(_Text(repr(float.fromhex(value)) if part[1] is float else repr(value)))
+        else:
+            leaves.append(_Text(repr(_Aval(part[0], _BY_NUMPY[part[1]]))))
+    text = repr(treedef.unflatten(leaves))
+    return text
+
+
+class Traced:
+    """A traced function: its graph, the output structure and the captured outer tracers."""
+
+    __slots__ = ("graph", "out_tree", "captures", "n_args")
+
+    def __init__(self, graph, out_tree, captures, n_args):
+        self.graph = graph
+        self.out_tree = out_tree
+        self.captures = captures
+        self.n_args = n_args
+
+
+def trace_function(fun, treedef, template, name="f"):
+    """Trace ``fun(*treedef.unflatten(leaves))`` where ``template`` holds an ``_Aval`` for each
+    array leaf and the value of each static leaf. Graph inputs: the array leaves, then one
+    input per captured outer tracer."""
+    frame = TraceFrame()
+    n_args = 0
+    with trace_frame(frame):
+        leaves = []
+        for leaf in template:
+            if type(leaf) is _Aval:
+                leaves.append(frame.new_input(leaf.shape, leaf.dtype, f"arg{n_args}"))
+                n_args += 1
+            else:
+                leaves.append(leaf)
+        args = treedef.unflatten(leaves)
+        out = fun(*args)
+        out_leaves, out_tree = tree.flatten(out)
+        outputs = []
+        for leaf in out_leaves:
+            if isinstance(leaf, _PYTHON_SCALARS):
+                from .ops import _weak_scalar
+                from . import dtypes
+
+                leaf = _weak_scalar(leaf, dtypes.bool_ if isinstance(leaf, bool) else dtypes.float64)
+            elif isinstance(leaf, np.ndarray):
+                leaf = asarray(leaf)
+            elif not isinstance(leaf, Array):
+                raise TypeError(
+                    f"{name} returned a {type(leaf).__name__} leaf; transformed functions must "
+                    "return arrays, Python numbers or pytrees of them"
+                )
+            outputs.append(frame.operand(leaf))
+    graph = frame.build(outputs)
+    return Traced(graph, out_tree, list(frame.captures), n_args)
+
+
+class Transform:
+    """How a transform turns the traced user function into its graph and its result.
+
+    ``stage(fun, treedef, template)`` returns ``(graph, assemble, captures)``: a graph whose
+    inputs are the dynamic leaves followed by capture inputs, a function that builds the
+    user-visible result from the graph's outputs, and the captured outer tracers.
+    ``differentiated(treedef)`` names the leaves where Python scalars become float64 arrays.
+    """
+
+    def name(self, inner):
+        return inner
+
+    def differentiated(self, treedef):
+        return frozenset()
+
+    def stage(self, fun, treedef, template):
+        raise NotImplementedError
+
+
+class _Entry:
+    __slots__ = ("executable", "assemble", "graph", "text")
+
+    def __init__(self, executable, assemble, graph, text):
+        self.executable = executable
+        self.assemble = assemble
+        self.graph = graph
+        self.text = text
+
+
+class Staged:
+    """A transformed function: cached, compiled on first call per signature, inlined in traces."""
+
+    def __init__(self, fun, transform, max_traces=8, device=None, name=None):
+        if not callable(fun):
+            raise TypeError(f"expected a callable, got {type(fun).__name__}")
+        self.fun = fun
+        self.transform = transform
+        self.max_traces = int(max_traces)
+        if self.max_traces < 1:
+            raise ValueError("max_traces must be at least 1")
+        self.device = device
+        self.name = name or transform.name(_function_name(fun))
+        self._cache = OrderedDict()
+        self._inline_cache = OrderedDict()
+        self._diff = {}
+        self.__wrapped__ = fun
+        self.__doc__ = getattr(fun, "__doc__", None)
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+    # -- the hot path --------------------------------------------------------------------------
+    def __call__(self, *args):
+        leaves, treedef = tree.flatten(args)
+        diff = self._diff.get(treedef)
+        if diff is None:
+            diff = self._diff[treedef] = self.transform.differentiated(treedef)
+        parts, dynamic, traced = _signature(leaves, diff)
+        key = (treedef, parts)
+        if not traced:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
+                outs = entry.executable(*[d._value for d in dynamic])
+                return entry.assemble([Tensor._wrap(o) for o in outs])
+        return self._miss(key, treedef, parts, leaves, dynamic, traced)
+
+    # -- staging -------------------------------------------------------------------------------
+    def _template(self, parts, leaves):
+        from .dtypes import _BY_NUMPY
+
+        return [
+            leaf if part[0] == "static" else _Aval(part[0], _BY_NUMPY[part[1]])
+            for part, leaf in zip(parts, leaves)
+        ]
+
+    def _stage(self, treedef, parts, leaves):
+        start = time.perf_counter()
+        graph, assemble, captures = self.transform.stage(self.fun, treedef, self._template(parts, leaves))
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("traced %s for %s in %.1f ms (%d ops)", self.name,
+                        signature_text(treedef, parts), 1e3 * (time.perf_counter() - start),
+                        graph.node_count())
+        return graph, assemble, captures
+
+    def _miss(self, key, treedef, parts, leaves, dynamic, traced):
+        if traced:
+            cached = self._inline_cache.get(key)
+            if cached is None:
+                graph, assemble, captures = self._stage(treedef, parts, leaves)
+                if not captures:
+                    self._remember(self._inline_cache, key, (graph, assemble), treedef, parts)
+            else:
+                graph, assemble = cached
+                captures = []
+            return assemble(inline(graph, list(dynamic) + captures))
+        graph, assemble, captures = self._stage(treedef, parts, leaves)
+        if captures:  # it closes over tracers of a trace in progress: splice it in there
+            return assemble(inline(graph, list(dynamic) + captures))
+        from lowering import compile as lower_compile
+
+        start = time.perf_counter()
+        executable = lower_compile(graph, self.device)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("compiled %s for %s in %.1f ms", self.name,
+                        signature_text(treedef, parts), 1e3 * (time.perf_counter() - start))
+        entry = _Entry(executable, assemble, graph, signature_text(treedef, parts))
+        self._remember(self._cache, key, entry, treedef, parts)
+        outs = executable(*[d._value for d in dynamic])
+        return assemble([Tensor._wrap(o) for o in outs])
+
+    def _remember(self, cache, key, value, treedef, parts):
+        if len(cache) >= self.max_traces:
+            old_key, _ = cache.popitem(last=False)
+            if cache is self._cache:
+                warnings.warn(
+                    f"{self.name} exceeded max_traces={self.max_traces} and evicted its least "
+                    f"recently used trace:\n  {signature_text(*old_key)}\nnew signature:\n  "
+                    f"{signature_text(treedef, parts)}\nFrequent eviction means compiling on "
+                    "every call: pad batches to a few sizes, or pass changing scalars as arrays.",
+                    RetraceWarning,
+                    stacklevel=4,
+                )
+        cache[key] = value
+
+    def lower(self, *args):
+        """Trace and transform for ``args`` without running: the IR and the generated source."""
+        from .lowered import Lowered
+
+        leaves, treedef = tree.flatten(args)
+        diff = self.transform.differentiated(treedef)
+        parts, dynamic, traced = _signature(leaves, diff)
+        graph, assemble, captures = self._stage(treedef, parts, leaves)
+        return Lowered(graph, self.device, self.name)
+
+    def cache_size(self):
+        return len(self._cache)
+
+
+def _signature(leaves, diff):
+    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them)."""
+    parts = []
+    dynamic = []
+    traced = False
+    for i, leaf in enumerate(leaves):
+        t = type(leaf)
+        if t is Tensor:
+            v = leaf._value
+            parts.append((v.shape, v.dtype))
+            dynamic.append(leaf)
+        elif t is TraceTensor:
+            parts.append((tuple(leaf.shape), leaf.dtype.numpy))
+            dynamic.append(leaf)
+            traced = True
+        elif t is float or t is int or t is bool:
+            if i in diff:
+                leaf = Tensor._wrap(np.array(float(leaf)))
+                parts.append(((), leaf._value.dtype))
+                dynamic.append(leaf)
+            else:
+                parts.append(("static", t, leaf.hex() if t is float else leaf))
+        elif isinstance(leaf, (np.ndarray, np.generic)) or isinstance(leaf, Array):
+            leaf = asarray(leaf)
+            parts.append((leaf._value.shape, leaf._value.dtype))
+            dynamic.append(leaf)
+        else:
+            _static_leaf(leaf)
+            parts.append(("static", t, leaf))
+    return tuple(parts), dynamic, traced
+
+
+def _static_leaf(leaf):
+    from .random import Key
+
+    if isinstance(leaf, Key):
+        raise TypeError(
+            "a random Key cannot be an argument of a transform; sample outside and pass arrays"
+        )
+    try:
+        hash(leaf)
+    except TypeError:
+        raise TypeError(
+            f"argument leaf of type {type(leaf).__name__} is neither an array nor a hashable "
+            "static value"
+        ) from None
+
+
+def _function_name(fun):
+    if isinstance(fun, Staged):
+        return fun.name
+    name = getattr(fun, "__name__", None)
+    return name if name else type(fun).__name__

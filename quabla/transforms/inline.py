@@ -1,0 +1,28 @@
+"""Inline: splice a graph into whatever is being traced (or evaluate it eagerly)."""
+
+from ..array import Tensor
+from ..core.tracing import bind
+
+__all__ = ["inline", "constant_tensor"]
+
+
+def constant_tensor(node):
+    """The eager Tensor that a ``constant`` node holds."""
+    return Tensor._wrap(node.kw["value"].value, node.weak)
+
+
+def inline(graph, args):
+    """Bind every node of ``graph`` with ``args`` for its inputs; returns its outputs.
+
+    Called inside a trace, the nodes join that trace (this is how transformed functions
+    compose); called with eager Tensors, the graph is evaluated op by op.
+    """
+    env = dict(zip(graph.inputs, args))
+    for nid, node in enumerate(graph.nodes):
+        if node.op == "input":
+            continue
+        if node.op == "constant":
+            env[nid] = constant_tensor(node)
+        else:
+            env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
+    return [env[o] for o in graph.outputs]

@@ -1,0 +1,76 @@
+"""Reverse mode: the VJP of a graph, as a new graph that returns the primal outputs and the
+gradients of selected inputs. Cotangents are accumulated symbolically; zeros stay ``Zero``."""
+
+from .. import ops
+from ..core.primitives import PRIMITIVES, is_zero
+from ..core.rewrite import simplify
+from ..core.tracing import TraceFrame, bind, trace_frame
+from .inline import constant_tensor
+from .jvp import materialize
+
+__all__ = ["vjp_graph"]
+
+
+def vjp_graph(graph, wrt, seeds):
+    """``wrt``: indices of the inputs to differentiate. ``seeds``: per output, "input" (a
+    cotangent input is added), "ones" (seeded with ones, as grad does), or None.
+
+    Inputs: the primal inputs, then one cotangent input per output seeded "input".
+    Outputs: the primal outputs, then the gradient of each ``wrt`` input.
+    """
+    frame = TraceFrame()
+    with trace_frame(frame):
+        names = graph.input_names
+        primals = [frame.new_input(*graph.in_avals[k], names[k]) for k in range(len(graph.inputs))]
+        env = dict(zip(graph.inputs, primals))
+        for nid, node in enumerate(graph.nodes):
+            if node.op == "input":
+                continue
+            if node.op == "constant":
+                env[nid] = constant_tensor(node)
+            else:
+                env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
+        cts = {}
+        for k, (o, seed) in enumerate(zip(graph.outputs, seeds)):
+            shape, dtype = graph.out_avals[k]
+            if seed is None or not dtype.is_floating:
+                continue
+            if seed == "input":
+                ct = frame.new_input(shape, dtype, f"cotangent/{k}")
+            else:
+                ct = ops.broadcast_to(ops._weak_scalar(1, dtype), shape) if shape else ops._weak_scalar(1, dtype)
+            _accumulate(cts, o, ct)
+        active = _depends_on(graph, {graph.inputs[k] for k in wrt})
+        for nid in range(len(graph.nodes) - 1, -1, -1):
+            ct = cts.get(nid)
+            node = graph.nodes[nid]
+            if ct is None or nid not in active or node.op in ("input", "constant"):
+                continue
+            prim = PRIMITIVES[node.op]
+            if not prim.differentiable:
+                continue
+            args = [env[o] for o in node.operands]
+            operand_cts = prim.vjp(ct, args, env[nid], **dict(node.params))
+            for o, oct in zip(node.operands, operand_cts):
+                if not is_zero(oct) and o in active and graph.nodes[o].dtype.is_floating:
+                    _accumulate(cts, o, oct)
+        outs = [env[o] for o in graph.outputs]
+        grads = [
+            materialize(cts.get(graph.inputs[k]), *graph.in_avals[k]) for k in wrt
+        ]
+        result = frame.build([frame.operand(v) for v in outs + grads])
+    return simplify(result)
+
+
+def _accumulate(cts, nid, value):
+    previous = cts.get(nid)
+    cts[nid] = value if previous is None else ops.add(previous, value)
+
+
+def _depends_on(graph, sources):
+    """The nodes whose value depends on any of ``sources``."""
+    active = set(sources)
+    for nid, node in enumerate(graph.nodes):
+        if any(o in active for o in node.operands):
+            active.add(nid)
+    return active
