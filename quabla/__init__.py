@@ -1,20 +1,17 @@
 """Quabla: JAX-style composable function transforms on Numba, with no compiled core to build."""
 
+__version__ = "0.2.0.dev0"
+
 from . import dtypes
 from .dtypes import float32, float64, bool_
 from .errors import (
     QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning,
 )
 from .array import Array, Tensor, Shape, array, asarray, zeros, ones, full, arange, linspace, eye
-from . import tree, random
-from .checkpoint import save, load
 from .core import rules as _rules  # noqa: F401  (registers every primitive)
 from . import ops as _ops_module
 from . import operators as _operators
 from .core.tracing import TraceTensor
-
-_operators._ops = _ops_module
-from .api import jit, grad, value_and_grad, jvp, vjp, vmap
 from .ops import (
     negative, add, subtract, multiply, divide, power, maximum, minimum,
     sin, cos, exp, log, log1p, expm1, tanh, sqrt, sign, square, relu, sigmoid, softplus,
@@ -22,5 +19,27 @@ from .ops import (
     logical_and, logical_or, logical_not, isfinite, isnan,
     where, astype, reshape, transpose, broadcast_to, squeeze, expand_dims,
     concat, stack, mean, norm, matmul, einsum, solve, cholesky, tril, triu,
-    abs, sum, max, min, any, all,
+    abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
 )
+from .api import jit, grad, value_and_grad, jvp, vjp, vmap
+from . import tree, random
+from .checkpoint import save, load
+
+_operators._ops = _ops_module
+
+__all__ = [
+    "__version__", "dtypes", "float32", "float64", "bool_",
+    "QuablaError", "TracerError", "UnsupportedOperationError", "RetraceLimitError",
+    "RetraceWarning",
+    "Array", "Tensor", "TraceTensor", "Shape",
+    "array", "asarray", "zeros", "ones", "full", "arange", "linspace", "eye",
+    "negative", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
+    "sin", "cos", "exp", "log", "log1p", "expm1", "tanh", "sqrt", "sign", "square",
+    "relu", "sigmoid", "softplus",
+    "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+    "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
+    "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
+    "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
+    "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap",
+    "tree", "random", "save", "load",
+]

@@ -11,6 +11,7 @@ import weakref
 
 from . import tree
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
+from .core.rewrite import simplify
 from .errors import UnsupportedOperationError
 from .staging import Staged, Transform, _Aval, _function_name, trace_function
 from .transforms import batch_graph, jvp_graph, vjp_graph
@@ -56,7 +57,7 @@ class _Jit(Transform):
 
     def stage(self, fun, treedef, template):
         traced = trace_function(fun, treedef, template, _function_name(fun))
-        return traced.graph, traced.out_tree.unflatten, traced.captures
+        return simplify(traced.graph), traced.out_tree.unflatten, traced.captures
 
 
 class Jitted(Staged):

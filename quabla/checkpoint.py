@@ -18,7 +18,6 @@ import json
 import os
 import re
 import struct
-import sys
 import tempfile
 
 import numpy as np
@@ -205,7 +204,7 @@ def save(file, tree):
         return
     path = os.fspath(file)
     directory = os.path.dirname(path) or (b"." if isinstance(path, bytes) else ".")
-    base = os.path.basename(path)
+    base = os.path.basename(path)[:64]  # keep the temporary name within NAME_MAX
     prefix = (b"." + base + b".") if isinstance(path, bytes) else f".{base}."
     suffix = b".tmp" if isinstance(path, bytes) else ".tmp"
     try:
@@ -377,10 +376,11 @@ def _check_depth(raw):
     step = 4096
     for start in range(0, len(data), step):
         chunk = data[start:start + step]
-        quotes = chunk == 34
+        quotes = chunk == 34  # '"'
         outside = (np.cumsum(quotes, dtype=np.int32) + in_string) % 2 == 0
-        outside &= ~quotes
-        moves = ((chunk == 91) | (chunk == 123)).view(np.int8) - ((chunk == 93) | (chunk == 125)).view(np.int8)
+        opens = (chunk == 91) | (chunk == 123)  # '[' '{'
+        closes = (chunk == 93) | (chunk == 125)  # ']' '}'
+        moves = opens.view(np.int8) - closes.view(np.int8)
         moves *= outside.view(np.int8)
         levels = np.cumsum(moves, dtype=np.int32)
         if depth + int(levels.max()) > MAX_JSON_DEPTH:

@@ -29,6 +29,16 @@ __all__ = [
 
 _PYTHON_SCALARS = (int, float, bool)
 
+# Primitive names whose public function is spelled differently, for error messages.
+_PUBLIC = {
+    "neg": "negative", "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "power",
+    "max": "maximum", "min": "minimum", "logistic": "sigmoid",
+    "gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal",
+    "eq": "equal", "ne": "not_equal", "and": "logical_and", "or": "logical_or",
+    "not": "logical_not", "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+    "reduce_or": "any", "reduce_and": "all",
+}
+
 
 # -- conversion and the dtype rules ---------------------------------------------------------
 
@@ -102,6 +112,10 @@ def _broadcast_all(name, arrays):
         raise ValueError(
             f"quabla.{name}: shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
         ) from None
+    if builtins.any(type(a) is TraceTensor for a in arrays):
+        frame = builtins.max((a._frame for a in arrays if type(a) is TraceTensor), key=lambda f: f.level)
+        arrays = [a if type(a) is TraceTensor or tuple(a.shape) == shape else frame.wrap(frame.operand(a))
+                  for a in arrays]
     return [a if tuple(a.shape) == shape else _broadcast(a, shape) for a in arrays]
 
 
@@ -118,12 +132,13 @@ def _broadcast(x, shape):
 
 
 def _elementwise(op, *operands, kind="float"):
-    arrays = _broadcast_all(op, _promote(op, operands, kind))
+    name = _PUBLIC.get(op, op)
+    arrays = _broadcast_all(name, _promote(name, operands, kind))
     return bind(op, *arrays)
 
 
 def _unary(op, x, kind="float"):
-    (x,) = _promote(op, (x,), kind)
+    (x,) = _promote(_PUBLIC.get(op, op), (x,), kind)
     return bind(op, x)
 
 
@@ -198,9 +213,9 @@ def abs(x):  # noqa: A001 - the spec names it abs; it is kept out of __all__
 
 
 def relu(x):
-    """max(x, 0), with derivative 0 at 0 (as JAX)."""
+    """max(x, 0), with derivative 0 at 0 (as JAX); NaN stays NaN."""
     (x,) = _promote("relu", (x,))
-    return where(greater(x, 0.0), x, 0.0)
+    return where(less_equal(x, 0.0), 0.0, x)
 
 
 def softplus(x):
@@ -445,8 +460,9 @@ def getitem(x, index):
 # -- reductions -----------------------------------------------------------------------------
 
 def _reduce(op, x, axis, keepdims, kind="float"):
-    (x,) = _promote(op, (x,), kind)
-    axes = _axes(axis, x.ndim, op)
+    name = _PUBLIC.get(op, op)
+    (x,) = _promote(name, (x,), kind)
+    axes = _axes(axis, x.ndim, name)
     out = bind(op, x, axes=axes) if axes else x
     if keepdims:
         out = reshape(out, tuple(1 if d in axes else n for d, n in enumerate(x.shape)))

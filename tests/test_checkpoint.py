@@ -151,7 +151,8 @@ def test_array_special_bits_survive():
 
 
 def test_dtypes_and_constructors():
-    tree = [qb.zeros((2, 2)), qb.ones((3,), dtype=qb.float32), qb.array([1.0, 2.0], dtype=qb.float32),
+    tree = [qb.zeros((2, 2)), qb.ones((3,), dtype=qb.float32),
+            qb.array([1.0, 2.0], dtype=qb.float32),
             qb.full((2,), True), qb.eye(3), qb.arange(5.0), qb.array(3.0)]
     out = roundtrip(tree)
     assert [t.dtype for t in out] == [qb.float64, qb.float32, qb.float32, qb.bool_, qb.float64,
@@ -169,7 +170,8 @@ def test_scalars_roundtrip():
         None, True, False, 0, 1, -1, 2**63, -(2**64) - 5, 10**400, -(7**1000), 2**100000,
         0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), float("nan"), -float("nan"),
         5e-324, sys.float_info.max, 0.1,
-        "", "hello", "ünïcødé ✓ 🙂", "\x00\n\"\\", "\ud800 lone surrogate", "{[\"]}", "x" * 10000,
+        "", "hello", "ünïcødé ✓ 🙂", "\x00\n\"\\", "\ud800 lone surrogate", "{[\"]}",
+        "x" * 10000,
     ]
     out = roundtrip(tree)
     assert out[1] is True and out[2] is False
@@ -604,8 +606,9 @@ def _node_header(node, data_size=0):
     {"type": "none", "value": None},
     {"type": "bool"}, {"type": "bool", "value": 1}, {"type": "bool", "value": "true"},
     {"type": "int", "value": 1}, {"type": "int", "value": "1"}, {"type": "int", "value": "0x"},
-    {"type": "int", "value": "0X1"}, {"type": "int", "value": "0xA"}, {"type": "int", "value": "0x01"},
-    {"type": "int", "value": "-0x0"}, {"type": "int", "value": "+0x1"}, {"type": "int", "value": " 0x1"},
+    {"type": "int", "value": "0X1"}, {"type": "int", "value": "0xA"},
+    {"type": "int", "value": "0x01"}, {"type": "int", "value": "-0x0"},
+    {"type": "int", "value": "+0x1"}, {"type": "int", "value": " 0x1"},
     {"type": "int", "value": "0x1_0"}, {"type": "int", "value": "0x1", "extra": 0},
     {"type": "float", "bits": "3ff"}, {"type": "float", "bits": "3FF0000000000000"},
     {"type": "float", "bits": 1.0}, {"type": "float", "value": "3ff0000000000000"},
@@ -673,7 +676,8 @@ def test_arrays_in_any_order_and_unaligned_offsets_load():
 
 def test_bool_data_must_be_zero_or_one():
     node = {"type": "array", "dtype": "bool", "shape": [3], "offset": 0}
-    assert loads(join(_node_header(node, 3), b"\x00\x01\x00")).numpy().tolist() == [False, True, False]
+    out = loads(join(_node_header(node, 3), b"\x00\x01\x00"))
+    assert out.numpy().tolist() == [False, True, False]
     bad(join(_node_header(node, 3), b"\x00\x02\x00"), "bool")
 
 
@@ -696,13 +700,18 @@ def test_json_depth_prescan():
     with pytest.raises(ckpt._Malformed):
         ckpt._check_depth(b"[]" * 10000 + b'{"a":' * (limit + 1))
     # brackets inside strings, also after escaped quotes and backslashes, do not count
-    inside = b'"' + b"[{" * 5000 + b'\\" ' + b'"\"[[[' * 3000 + b'\\\""'
-    ckpt._check_depth(b"[" + inside + b"," + inside + b"]")
-    ckpt._check_depth(b'["\\", ' + b"[" * (limit - 1) + b"]" * limit)
+    inside = b'"' + b"[{" * 5000 + b'\\\\' + b'\\"' + b"[[[" * 3000 + b'\\\\"'
+    for text in (
+        b"[" + inside + b"," + inside + b"]",
+        b'["\\\\", ' + b"[" * (limit - 1) + b"]" * limit,
+        b'["' + b"[" * 20000 + b'", ' + b"[" * (limit - 1) + b"]" * limit,  # spans chunks
+    ):
+        json.loads(text)                           # valid JSON, nested exactly to the limit
+        ckpt._check_depth(text)
     with pytest.raises(ckpt._Malformed):
-        ckpt._check_depth(b'["\\", ' + b"[" * limit + b"]" * (limit + 1))
-    # a string long enough to span several scan chunks
-    ckpt._check_depth(b'["' + b"[" * 20000 + b'", ' + b"[" * (limit - 1) + b"]" * limit)
+        ckpt._check_depth(b'["\\\\", ' + b"[" * limit + b"]" * (limit + 1))
+    with pytest.raises(ckpt._Malformed):
+        ckpt._check_depth(b'["\\"]", ' + b"[" * limit + b"]" * (limit + 1))
 
 
 def test_tree_depth_limit_on_load():
@@ -765,8 +774,9 @@ def _mutate_json(rng, raw):
     keys = list(target)
     if choice == 0 and keys:                      # replace a field with something odd
         key = keys[rng.integers(0, len(keys))]
-        target[key] = [10**12, -1, 2**64, 0, [10**12], [0], [], "float16", None, 1.5, True,
-                       "0x" + "1" * 40, {"type": "none"}, [[[]]], "ffffffffffffffff"][rng.integers(0, 15)]
+        odd = [10**12, -1, 2**64, 0, [10**12], [0], [], "float16", None, 1.5, True,
+               "0x" + "1" * 40, {"type": "none"}, [[[]]], "ffffffffffffffff"]
+        target[key] = odd[rng.integers(0, len(odd))]
     elif choice == 1 and keys:                    # drop a field
         del target[keys[rng.integers(0, len(keys))]]
     elif choice == 2:                             # add an unknown field
@@ -895,9 +905,8 @@ def _hostile_files():
                header_len=2**63)
     yield MAGIC + struct.pack("<Q", 2**40) + b"{" * 4000
     yield MAGIC + struct.pack("<Q", 8000) + b"[" * 8000
-    yield join(_node_header({"type": "list", "items": [pad, {"type": "array", "dtype": "bool",
-                                                             "shape": [2**31, 2**31], "offset": 0}]},
-                            2**62), b"\x01" * 1000)
+    big_bool = {"type": "array", "dtype": "bool", "shape": [2**31, 2**31], "offset": 0}
+    yield join(_node_header({"type": "list", "items": [pad, big_bool]}, 2**62), b"\x01" * 1000)
 
 
 def test_hostile_files_allocate_little(tmp_path):

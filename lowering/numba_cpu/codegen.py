@@ -1,0 +1,256 @@
+"""Generates the source of one flat Numba function per graph.
+
+Fused groups become loop nests, 0-d values become scalar locals, and whole-array operations
+(reshape, pad, concatenate, dot_general through BLAS, solve, cholesky) become NumPy calls that
+Numba compiles. Non-scalar constants are passed in as trailing arguments by the wrapper.
+"""
+
+import math
+
+import numpy as np
+
+from quabla.core.primitives import PRIMITIVES
+from ..schedule import INDEX_MAPS, REDUCTIONS, Group, schedule
+
+__all__ = ["generate", "FUNCTION_NAME"]
+
+FUNCTION_NAME = "quabla_entry"
+
+_OPERAND_NAMES = {"select": ("pred", "x", "y"), "cast": ("x",)}
+
+
+def _operand_names(op):
+    names = _OPERAND_NAMES.get(op)
+    if names is None:
+        names = tuple(PRIMITIVES[op].spec["operands"])
+    return names
+
+
+def _literal(value, dtype):
+    if dtype.name == "bool":
+        return "True" if value else "False"
+    value = float(value)
+    if math.isnan(value):
+        text = "math.nan"
+    elif math.isinf(value):
+        text = "math.inf" if value > 0 else "(-math.inf)"
+    else:
+        text = repr(value)
+    return f"np.float32({text})" if dtype.name == "float32" else text
+
+
+def _np_dtype(dtype):
+    return {"float64": "np.float64", "float32": "np.float32", "bool": "np.bool_"}[dtype.name]
+
+
+class _Emitter:
+    def __init__(self, graph):
+        self.graph = graph
+        self.nodes = graph.nodes
+        self.lines = []
+        self.constants = []  # non-scalar constant arrays, passed as trailing arguments
+
+    def emit(self, line, depth=1):
+        self.lines.append("    " * depth + line)
+
+    # -- values ------------------------------------------------------------------------------
+    def read(self, nid, group, idx):
+        """The expression for node ``nid``'s value at loop index ``idx`` inside ``group``."""
+        node = self.nodes[nid]
+        if group is not None and nid in group.member_set and node.op not in REDUCTIONS:
+            return f"s{nid}"
+        if node.shape == ():
+            return f"v{nid}"
+        return f"v{nid}[{', '.join(idx)}]"
+
+    def scalar_expr(self, node, args):
+        prim = PRIMITIVES[node.op]
+        params = dict(node.params)
+        fields = dict(zip(_operand_names(node.op), args))
+        if node.op == "cast":
+            fields["dtype"] = params["dtype"].name
+        else:
+            fields.update(params)
+        return prim.scalar.format(**fields)
+
+    def gather(self, node, group, idx):
+        """Index maps read their (materialised) source at a remapped index."""
+        source = node.operands[0]
+        src = self.nodes[source]
+        if src.shape == ():
+            return f"v{source}"
+        params = dict(node.params)
+        if node.op == "broadcast_in_dim":
+            sidx = [idx[d] for d in params["broadcast_dimensions"]]
+        elif node.op == "transpose":
+            perm = params["permutation"]
+            sidx = [None] * len(perm)
+            for k, p in enumerate(perm):
+                sidx[p] = idx[k]
+        else:  # slice
+            sidx = [
+                f"{s} + {st} * {i}" if st != 1 else (f"{s} + {i}" if s else i)
+                for i, s, st in zip(idx, params["start_indices"], params["strides"])
+            ]
+        return f"v{source}[{', '.join(sidx)}]"
+
+    # -- statements --------------------------------------------------------------------------
+    def group(self, group):
+        shape = group.shape
+        idx = [f"i{k}" for k in range(len(shape))]
+        for m in group.members:
+            node = self.nodes[m]
+            if node.op in REDUCTIONS:
+                self.reduction_init(node, m)
+            elif m in group.materialized:
+                self.emit(f"v{m} = np.empty({tuple(shape)}, {_np_dtype(node.dtype)})")
+        for depth, (i, n) in enumerate(zip(idx, shape)):
+            self.emit(f"for {i} in range({n}):", depth + 1)
+        depth = len(shape) + 1
+        for m in group.members:
+            node = self.nodes[m]
+            if node.op in REDUCTIONS:
+                self.reduction_step(node, m, group, idx, depth)
+                continue
+            if node.op in INDEX_MAPS:
+                expr = self.gather(node, group, idx)
+            else:
+                expr = self.scalar_expr(node, [self.read(o, group, idx) for o in node.operands])
+            self.emit(f"s{m} = {expr}", depth)
+            if m in group.materialized:
+                self.emit(f"v{m}[{', '.join(idx)}] = s{m}", depth)
+
+    _INIT = {"reduce_sum": "0", "reduce_max": "-math.inf", "reduce_min": "math.inf",
+             "reduce_or": "False", "reduce_and": "True"}
+
+    def reduction_init(self, node, nid):
+        init = self._INIT[node.op]
+        if node.op in ("reduce_sum", "reduce_max", "reduce_min"):
+            init = _literal(float(eval(init, {"math": math})), node.dtype)
+        if node.shape == ():
+            self.emit(f"v{nid} = {init}")
+        else:
+            self.emit(f"v{nid} = np.full({tuple(node.shape)}, {init}, {_np_dtype(node.dtype)})")
+
+    def reduction_step(self, node, nid, group, idx, depth):
+        axes = dict(node.params)["axes"]
+        value = self.read(node.operands[0], group, idx)
+        target = f"v{nid}" if node.shape == () else (
+            f"v{nid}[{', '.join(i for k, i in enumerate(idx) if k not in axes)}]"
+        )
+        combine = {
+            "reduce_sum": f"{target} + {value}",
+            "reduce_max": f"_max({target}, {value})",
+            "reduce_min": f"_min({target}, {value})",
+            "reduce_or": f"{target} or {value}",
+            "reduce_and": f"{target} and {value}",
+        }[node.op]
+        self.emit(f"{target} = {combine}", depth)
+
+    def single(self, nid):
+        node = self.nodes[nid]
+        op = node.op
+        params = dict(node.params)
+        args = [f"v{o}" for o in node.operands]
+        out = f"v{nid}"
+        if op == "constant":
+            value = params["value"].value
+            if node.shape == ():
+                self.emit(f"{out} = {_literal(value.item(), node.dtype)}")
+            else:
+                self.emit(f"{out} = c{len(self.constants)}")
+                self.constants.append(value)
+            return
+        if node.shape == () and PRIMITIVES[op].elementwise:
+            self.emit(f"{out} = {self.scalar_expr(node, args)}")
+            return
+        handler = getattr(self, "op_" + op, None)
+        if handler is None:
+            from quabla.errors import UnsupportedOperationError
+
+            raise UnsupportedOperationError(op=op, device="cpu")
+        handler(node, out, args, **params)
+
+    # -- whole-array operations ----------------------------------------------------------------
+    def op_reshape(self, node, out, args, new_shape):
+        src = self.nodes[node.operands[0]]
+        if src.shape == ():
+            self.emit(f"{out} = np.full({tuple(new_shape)}, {args[0]}, {_np_dtype(node.dtype)})")
+        elif new_shape == ():
+            self.emit(f"{out} = {args[0]}.ravel()[0]")
+        else:
+            self.emit(f"{out} = {args[0]}.reshape({tuple(new_shape)})")
+
+    def op_pad(self, node, out, args, low, high, interior):
+        src = self.nodes[node.operands[0]]
+        self.emit(f"{out} = np.zeros({tuple(node.shape)}, {_np_dtype(node.dtype)})")
+        slices = ", ".join(
+            f"{lo}:{lo + (n - 1) * (it + 1) + 1}:{it + 1}"
+            for lo, n, it in zip(low, src.shape, interior)
+        )
+        self.emit(f"{out}[{slices}] = {args[0]}")
+
+    def op_concatenate(self, node, out, args, axis):
+        self.emit(f"{out} = np.concatenate(({', '.join(args)},), axis={axis})")
+
+    def op_dot_general(self, node, out, args, dimension_numbers):
+        (lc, rc), (lb, rb) = dimension_numbers
+        lhs, rhs = (self.nodes[o] for o in node.operands)
+        if lhs.shape == () or rhs.shape == ():
+            self.emit(f"{out} = {args[0]} * {args[1]}")
+            return
+        lf = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+        rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
+        prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
+        B, M, K, N = prod(lhs.shape, lb), prod(lhs.shape, lf), prod(lhs.shape, lc), prod(rhs.shape, rf)
+        lperm, rperm = tuple(lb) + tuple(lf) + tuple(lc), tuple(rb) + tuple(rc) + tuple(rf)
+        a = self.arranged(args[0], lhs, lperm, (B, M, K))
+        b = self.arranged(args[1], rhs, rperm, (B, K, N))
+        dtype = _np_dtype(node.dtype)
+        if B == 1:
+            self.emit(f"t{out} = np.dot({a}[0], {b}[0])")
+        else:
+            self.emit(f"t{out} = np.empty(({B}, {M}, {N}), {dtype})")
+            self.emit(f"for b in range({B}):")
+            self.emit(f"t{out}[b] = np.dot({a}[b], {b}[b])", 2)
+        if node.shape == ():
+            self.emit(f"{out} = t{out}.ravel()[0]")
+        else:
+            self.emit(f"{out} = t{out}.reshape({tuple(node.shape)})")
+
+    def arranged(self, name, node, perm, shape3):
+        if perm != tuple(range(len(node.shape))):
+            return f"np.ascontiguousarray({name}.transpose({perm})).reshape({shape3})"
+        return f"{name}.reshape({shape3})"
+
+    def op_solve(self, node, out, args):
+        self.guarded(out, f"np.linalg.solve({args[0]}, {args[1]})", node)
+
+    def op_cholesky(self, node, out, args):
+        self.guarded(out, f"np.linalg.cholesky({args[0]})", node)
+
+    def guarded(self, out, expr, node):
+        """LAPACK failures give NaN, as in the reference interpreter."""
+        self.emit("try:")
+        self.emit(f"{out} = {expr}", 2)
+        self.emit("except Exception:")
+        self.emit(f"{out} = np.full({tuple(node.shape)}, math.nan, {_np_dtype(node.dtype)})", 2)
+
+
+def generate(graph):
+    """Returns ``(body_source, constants)``: the entry function's source and the constant
+    arrays to pass after the inputs."""
+    e = _Emitter(graph)
+    for k, nid in enumerate(graph.inputs):
+        node = graph.nodes[nid]
+        e.emit(f"v{nid} = a{k}[()]" if node.shape == () else f"v{nid} = a{k}")
+    for stmt in schedule(graph):
+        if isinstance(stmt, Group):
+            e.group(stmt)
+        else:
+            e.single(stmt.nid)
+    outs = ", ".join(f"v{o}" for o in graph.outputs)
+    e.emit(f"return ({outs},)")
+    params = [f"a{k}" for k in range(len(graph.inputs))] + [f"c{k}" for k in range(len(e.constants))]
+    head = f"def {FUNCTION_NAME}({', '.join(params)}):"
+    return "\n".join([head] + e.lines) + "\n", e.constants
