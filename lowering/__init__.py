@@ -20,8 +20,8 @@ def backend_for(device):
 
 
 def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
-    """An ``Executable`` for ``graph``: called with one ndarray per input, it returns a list of
-    ndarrays, one per output."""
+    """An ``Executable`` for ``graph``: called with one ndarray per input, it returns a sequence
+    of ndarrays, one per output. Its ``run`` attribute is the same call without indirection."""
     backend = backend_for(device)
     if backend == "interpret":
         from .interpret import Interpreter

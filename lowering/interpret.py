@@ -35,3 +35,6 @@ class Interpreter:
 
     def __call__(self, *args):
         return evaluate(self.graph, args)
+
+    def run(self, *args):
+        return evaluate(self.graph, args)

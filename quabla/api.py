@@ -7,13 +7,14 @@ result) wrapped in a ``Staged`` function (signature cache, compile, inline when 
 import functools
 import inspect
 import numbers
-import weakref
 
 from . import tree
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
 from .core.rewrite import simplify
 from .errors import UnsupportedOperationError
-from .staging import Staged, Transform, _Aval, _function_name, trace_function
+from .staging import (
+    Staged, Transform, _Aval, _Text, _function_name, signature_leaves, trace_function,
+)
 from .transforms import batch_graph, jvp_graph, vjp_graph
 
 __all__ = ["jit", "grad", "value_and_grad", "jvp", "vjp", "vmap"]
@@ -69,18 +70,19 @@ class Jitted(Staged):
         static_argnums, static_argnames = _static_sets(self._params, static_argnums, static_argnames)
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
-        if static_argnums:
-            inner = _with_statics(fun, static_argnums)
-        else:
-            inner = fun
+        self._plain = not static_argnums and not static_argnames
+        inner = fun if self._plain else _with_statics(fun, static_argnums)
+        config = ("jit", self._device_name, static_argnums, static_argnames, int(max_traces))
         super().__init__(inner, _Jit(), max_traces, self._device_name,
-                         name=f"jit({_function_name(fun)})")
+                         name=f"jit({_function_name(fun)})", config=config, root=fun)
         self.__wrapped__ = fun
         functools.update_wrapper(self, fun, updated=())
 
     def __call__(self, *args, **kwargs):
         if kwargs:
             args, kwargs = self._bind_keywords(args, kwargs)
+        if self._plain:
+            return Staged.__call__(self, *args)
         if self.static_argnums or kwargs:
             statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
             dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
@@ -101,9 +103,30 @@ class Jitted(Staged):
                 )
         return tuple(args), kwargs
 
+    def describe(self, treedef, parts):
+        """The user's call: static values at their positions, static keywords as ``name=value``."""
+        if self._plain:
+            return Staged.describe(self, treedef, parts)
+        children = treedef.children()
+        leaves = signature_leaves(parts)
+        values, start = [], 0
+        for child in children:
+            values.append(child.unflatten(leaves[start:start + child.num_leaves]))
+            start += child.num_leaves
+        statics, args = values[0], values[2:]
+        for i, s in sorted(zip(self.static_argnums, statics)):
+            if s is not None:
+                args.insert(i, s)
+        kw_parts = parts[children[0].num_leaves:children[0].num_leaves + children[1].num_leaves]
+        kw_text = [leaf for _, leaf in values[1]]
+        args += [_Text(f"{name[2]}={text!r}") for name, text in zip(kw_parts[::2], kw_text)]
+        return repr(tuple(args))
+
     def lower(self, *args, **kwargs):
         if kwargs:
             args, kwargs = self._bind_keywords(args, kwargs)
+        if self._plain:
+            return Staged.lower(self, *args)
         statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
         return Staged.lower(self, statics, tuple(sorted((k, _Static(v)) for k, v in kwargs.items())), *dynamic)
@@ -174,14 +197,6 @@ def _static_sets(params, static_argnums, static_argnames):
     return tuple(sorted(nums)), frozenset(names)
 
 
-def _plain_call(fun):
-    """Wrap ``fun`` so the staged argument tuple gets the two (empty) static slots jit uses."""
-    def call(statics, static_kwargs, *args):
-        return fun(*args)
-    call.__name__ = _function_name(fun)
-    return call
-
-
 def jit(fun=None, *, device=None, static_argnums=(), static_argnames=(), max_traces=8,
         precision=None):
     """Compile ``fun``: one program per signature, cached (at most ``max_traces``, LRU)."""
@@ -191,15 +206,6 @@ def jit(fun=None, *, device=None, static_argnums=(), static_argnames=(), max_tra
                              precision=precision)
     if precision not in (None, "float64"):
         raise ValueError(f"precision must be None or 'float64', got {precision!r}")
-    if not static_argnums and not static_argnames:
-        jitted = Jitted.__new__(Jitted)
-        jitted._device_name = _check_device(device)
-        jitted._params = _parameters(fun)
-        jitted.static_argnums, jitted.static_argnames = (), frozenset()
-        Staged.__init__(jitted, _plain_call(fun), _Jit(), max_traces, jitted._device_name,
-                        name=f"jit({_function_name(fun)})")
-        jitted.__wrapped__ = fun
-        return jitted
     return Jitted(fun, device, static_argnums, static_argnames, max_traces)
 
 
@@ -292,14 +298,19 @@ def grad(fun=None, argnums=0, has_aux=False):
     """The gradient of a scalar function with respect to the arguments ``argnums``."""
     if fun is None:
         return lambda f: grad(f, argnums=argnums, has_aux=has_aux)
-    return Staged(fun, _Grad(argnums, has_aux, False, "grad"))
+    return _staged_grad(fun, argnums, has_aux, False, "grad")
 
 
 def value_and_grad(fun=None, argnums=0, has_aux=False):
     """``(value, gradient)`` of a scalar function, in one program."""
     if fun is None:
         return lambda f: value_and_grad(f, argnums=argnums, has_aux=has_aux)
-    return Staged(fun, _Grad(argnums, has_aux, True, "value_and_grad"))
+    return _staged_grad(fun, argnums, has_aux, True, "value_and_grad")
+
+
+def _staged_grad(fun, argnums, has_aux, with_value, kind):
+    transform = _Grad(argnums, has_aux, with_value, kind)
+    return Staged(fun, transform, config=(kind, transform.argnums, transform.single, bool(has_aux)))
 
 
 # -- jvp ------------------------------------------------------------------------------------------
@@ -369,24 +380,6 @@ def _select_inputs(graph, n_primal, mask, tangent_template):
     return Graph(nodes, new_inputs, graph.outputs, new_names)
 
 
-_JVP_CACHE = weakref.WeakKeyDictionary()
-_VJP_CACHE = weakref.WeakKeyDictionary()
-
-
-def _cached(cache, fun, make):
-    try:
-        staged = cache.get(fun)
-    except TypeError:
-        return make()
-    if staged is None:
-        staged = make()
-        try:
-            cache[fun] = staged
-        except TypeError:
-            pass
-    return staged
-
-
 def jvp(fun, primals, tangents):
     """Forward mode: ``(fun(*primals), J @ tangents)``."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
@@ -395,8 +388,7 @@ def jvp(fun, primals, tangents):
         raise ValueError("jvp: primals and tangents must have the same length")
     primals = tuple(primals)
     tangents = _match_tangents(primals, tuple(tangents))
-    staged = _cached(_JVP_CACHE, fun, lambda: Staged(fun, _Jvp()))
-    return staged(primals, tangents)
+    return Staged(fun, _Jvp(), config=("jvp",))(primals, tangents)
 
 
 def _match_tangents(primals, tangents):
@@ -536,23 +528,16 @@ def _cotangent_convention(graph, n_primal, seeds, ct_template, n_out):
 
 def vjp(fun, *primals, has_aux=False):
     """Reverse mode: ``(fun(*primals), vjp_fun)``; ``vjp_fun(ct)`` returns one cotangent per primal."""
-    forward = _cached(_VJP_CACHE, fun, lambda: _VjpPair(fun))
-    out = forward.forward[has_aux](*primals)
+    out = Staged(fun, _VjpForward(has_aux), config=("vjp", bool(has_aux)))(*primals)
     if has_aux:
         out, aux = out
-    backward = forward.backward[has_aux]
+    backward = Staged(fun, _VjpBackward(has_aux), config=("vjp_fun", bool(has_aux)))
 
     def vjp_fun(cotangent):
         cts = _match_cotangents(out, cotangent)
         return backward(tuple(primals), cts)
 
     return (out, vjp_fun, aux) if has_aux else (out, vjp_fun)
-
-
-class _VjpPair:
-    def __init__(self, fun):
-        self.forward = {flag: Staged(fun, _VjpForward(flag)) for flag in (False, True)}
-        self.backward = {flag: Staged(fun, _VjpBackward(flag)) for flag in (False, True)}
 
 
 def _match_cotangents(out, cotangent):
@@ -676,4 +661,17 @@ class _Vmap(Transform):
 
 def vmap(fun, in_axes=0, out_axes=0):
     """Vectorize ``fun`` over the ``in_axes`` of its arguments (pytree prefixes, None = shared)."""
-    return Staged(fun, _Vmap(in_axes, out_axes))
+    return Staged(fun, _Vmap(in_axes, out_axes), config=_vmap_config(in_axes, out_axes))
+
+
+def _vmap_config(in_axes, out_axes):
+    """A hashable key of the in_axes/out_axes prefix trees, or None (then nothing is shared)."""
+    try:
+        key = ("vmap",) + tuple(
+            (type(axes), tuple(leaves), treedef)
+            for axes in (in_axes, out_axes) for leaves, treedef in [tree.flatten(axes)]
+        )
+        hash(key)
+        return key
+    except (TypeError, ValueError):
+        return None

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -58,6 +59,11 @@ class _Text:
 
 def signature_text(treedef, parts):
     """``(float64[3], {'w': float64[2, 1]}, 0.5)``: how signatures are shown to users."""
+    return repr(treedef.unflatten(signature_leaves(parts)))
+
+
+def signature_leaves(parts):
+    """One printable placeholder per signature part: an aval or a static value."""
     from .dtypes import _BY_NUMPY
 
     leaves = []
@@ -67,8 +73,21 @@ def signature_text(treedef, parts):
             leaves.append(_Text(repr(float.fromhex(value)) if part[1] is float else repr(value)))
         else:
             leaves.append(_Text(repr(_Aval(part[0], _BY_NUMPY[part[1]]))))
-    text = repr(treedef.unflatten(leaves))
-    return text
+    return leaves
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel():
+    """The ``stacklevel`` that attributes a warning to the first caller outside quabla."""
+    import sys
+
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 class Traced:
@@ -139,19 +158,45 @@ class Transform:
 
 
 class _Entry:
-    __slots__ = ("executable", "assemble", "graph", "text")
+    __slots__ = ("run", "assemble", "graph", "key")
 
-    def __init__(self, executable, assemble, graph, text):
-        self.executable = executable
+    def __init__(self, run, assemble, graph, key):
+        self.run = run
         self.assemble = assemble
         self.graph = graph
-        self.text = text
+        self.key = key
+
+
+_SHARED = weakref.WeakKeyDictionary()  # root function -> {transform chain: caches}
+
+
+def _shared_caches(root, chain):
+    """The caches of every ``Staged`` with this root function and transform chain, so that
+    ``grad(f)`` re-created in a loop reuses the traces of ``f`` ("S2 as landed"). The root is
+    held weakly and the caches hold no reference to it; None where it cannot be shared."""
+    if chain is None:
+        return None
+    try:
+        table = _SHARED.get(root)
+        if table is None:
+            table = _SHARED[root] = {}
+        caches = table.get(chain)
+    except TypeError:  # an unhashable config, or a callable without weak references
+        return None
+    if caches is None:
+        caches = table[chain] = (OrderedDict(), {}, OrderedDict(), {})
+    return caches
 
 
 class Staged:
-    """A transformed function: cached, compiled on first call per signature, inlined in traces."""
+    """A transformed function: cached, compiled on first call per signature, inlined in traces.
 
-    def __init__(self, fun, transform, max_traces=8, device=None, name=None):
+    ``config`` (hashable) identifies the transform; with it, every Staged of the same root
+    function and chain of configs shares one cache. ``root`` overrides ``fun`` as that root.
+    """
+
+    def __init__(self, fun, transform, max_traces=8, device=None, name=None, config=None,
+                 root=None):
         if not callable(fun):
             raise TypeError(f"expected a callable, got {type(fun).__name__}")
         self.fun = fun
@@ -161,9 +206,15 @@ class Staged:
             raise ValueError("max_traces must be at least 1")
         self.device = device
         self.name = name or transform.name(_function_name(fun))
-        self._cache = OrderedDict()
-        self._inline_cache = OrderedDict()
-        self._diff = {}
+        base = fun if root is None else root
+        inner = base.chain if isinstance(base, Staged) else ()
+        self.root = base.root if isinstance(base, Staged) else base
+        self.chain = None if config is None or inner is None else inner + (config,)
+        caches = _shared_caches(self.root, self.chain)
+        if caches is None:
+            caches = (OrderedDict(), {}, OrderedDict(), {})
+        # the fast path maps the signature of an all-Tensor argument list to its entry
+        self._cache, self._flat, self._inline_cache, self._diff = caches
         self.__wrapped__ = fun
         self.__doc__ = getattr(fun, "__doc__", None)
 
@@ -172,6 +223,15 @@ class Staged:
 
     # -- the hot path --------------------------------------------------------------------------
     def __call__(self, *args):
+        for a in args:
+            if type(a) is not Tensor:
+                break
+        else:
+            entry = self._flat.get(tuple([(a._value.shape, a._value.dtype) for a in args]))
+            if entry is not None:
+                self._cache.move_to_end(entry.key)
+                outs = entry.run(*[a._value for a in args])
+                return entry.assemble([_wrap(o) for o in outs])
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
         if diff is None:
@@ -182,9 +242,14 @@ class Staged:
             entry = self._cache.get(key)
             if entry is not None:
                 self._cache.move_to_end(key)
-                outs = entry.executable(*[d._value for d in dynamic])
-                return entry.assemble([Tensor._wrap(o) for o in outs])
-        return self._miss(key, treedef, parts, leaves, dynamic, traced)
+                self._remember_flat(args, entry)
+                outs = entry.run(*[d._value for d in dynamic])
+                return entry.assemble([_wrap(o) for o in outs])
+        return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
+
+    def _remember_flat(self, args, entry):
+        if all(type(a) is Tensor for a in args):
+            self._flat[tuple([(a._value.shape, a._value.dtype) for a in args])] = entry
 
     # -- staging -------------------------------------------------------------------------------
     def _template(self, parts, leaves):
@@ -200,11 +265,11 @@ class Staged:
         graph, assemble, captures = self.transform.stage(self.fun, treedef, self._template(parts, leaves))
         if logger.isEnabledFor(logging.INFO):
             logger.info("traced %s for %s in %.1f ms (%d ops)", self.name,
-                        signature_text(treedef, parts), 1e3 * (time.perf_counter() - start),
+                        self.describe(treedef, parts), 1e3 * (time.perf_counter() - start),
                         graph.node_count())
         return graph, assemble, captures
 
-    def _miss(self, key, treedef, parts, leaves, dynamic, traced):
+    def _miss(self, key, treedef, parts, leaves, dynamic, traced, args):
         if traced:
             cached = self._inline_cache.get(key)
             if cached is None:
@@ -224,23 +289,25 @@ class Staged:
         executable = lower_compile(graph, self.device)
         if logger.isEnabledFor(logging.INFO):
             logger.info("compiled %s for %s in %.1f ms", self.name,
-                        signature_text(treedef, parts), 1e3 * (time.perf_counter() - start))
-        entry = _Entry(executable, assemble, graph, signature_text(treedef, parts))
+                        self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))
+        entry = _Entry(getattr(executable, "run", executable), assemble, graph, key)
         self._remember(self._cache, key, entry, treedef, parts)
-        outs = executable(*[d._value for d in dynamic])
-        return assemble([Tensor._wrap(o) for o in outs])
+        self._remember_flat(args, entry)
+        outs = entry.run(*[d._value for d in dynamic])
+        return assemble([_wrap(o) for o in outs])
 
     def _remember(self, cache, key, value, treedef, parts):
         if len(cache) >= self.max_traces:
             old_key, _ = cache.popitem(last=False)
             if cache is self._cache:
+                self._flat.clear()
                 warnings.warn(
                     f"{self.name} exceeded max_traces={self.max_traces} and evicted its least "
-                    f"recently used trace:\n  {signature_text(*old_key)}\nnew signature:\n  "
-                    f"{signature_text(treedef, parts)}\nFrequent eviction means compiling on "
+                    f"recently used trace:\n  {self.describe(*old_key)}\nnew signature:\n  "
+                    f"{self.describe(treedef, parts)}\nFrequent eviction means compiling on "
                     "every call: pad batches to a few sizes, or pass changing scalars as arrays.",
                     RetraceWarning,
-                    stacklevel=4,
+                    stacklevel=_user_stacklevel(),
                 )
         cache[key] = value
 
@@ -254,8 +321,24 @@ class Staged:
         graph, assemble, captures = self._stage(treedef, parts, leaves)
         return Lowered(graph, self.device, self.name)
 
+    def describe(self, treedef, parts):
+        """The signature as users see it (the arguments they passed)."""
+        return signature_text(treedef, parts)
+
     def cache_size(self):
         return len(self._cache)
+
+
+def _wrap(value):
+    """Adopt a freshly computed result array as a Tensor (the output half of the hot path)."""
+    t = _new_tensor(Tensor)
+    value.flags.writeable = False
+    t._value = value
+    t._weak = False
+    return t
+
+
+_new_tensor = object.__new__
 
 
 def _signature(leaves, diff):

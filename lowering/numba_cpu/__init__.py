@@ -48,23 +48,28 @@ def _load(name, path):
 
 
 class NumbaExecutable:
-    """Calls the compiled entry and turns scalar results into 0-d arrays of the right dtype."""
+    """The compiled entry behind a small generated wrapper that appends the constants and
+    turns scalar results into 0-d arrays of the right dtype (the dispatch hot path)."""
 
     def __init__(self, graph, function, constants, source):
         self.graph = graph
         self.source = source
-        self._function = function
-        self._constants = tuple(constants)
-        self._scalars = [
-            (k, graph.nodes[o].dtype.numpy) for k, o in enumerate(graph.outputs)
-            if graph.nodes[o].shape == ()
-        ]
+        self.function = function
+        n_in = len(graph.inputs)
+        params = ", ".join(f"a{k}" for k in range(n_in))
+        args = ", ".join([f"a{k}" for k in range(n_in)] + [f"c{k}" for k in range(len(constants))])
+        results = []
+        for k, o in enumerate(graph.outputs):
+            node = graph.nodes[o]
+            results.append(f"array(r[{k}], {node.dtype.numpy.name})" if node.shape == () else f"r[{k}]")
+        namespace = {"fn": function, "array": np.array, "float64": np.float64,
+                     "float32": np.float32, "bool": np.bool_}
+        namespace.update({f"c{k}": c for k, c in enumerate(constants)})
+        exec(f"def run({params}):\n    r = fn({args})\n    return ({', '.join(results)},)\n", namespace)
+        self.run = namespace["run"]
 
     def __call__(self, *args):
-        outs = list(self._function(*args, *self._constants))
-        for k, dtype in self._scalars:
-            outs[k] = np.array(outs[k], dtype)
-        return outs
+        return self.run(*args)
 
 
 def compile_graph(graph, options):

@@ -232,7 +232,7 @@ class _Emitter:
     def guarded(self, out, expr, node):
         """LAPACK failures give NaN, as in the reference interpreter."""
         self.emit("try:")
-        self.emit(f"{out} = {expr}", 2)
+        self.emit(f"{out} = np.ascontiguousarray({expr})", 2)
         self.emit("except Exception:")
         self.emit(f"{out} = np.full({tuple(node.shape)}, math.nan, {_np_dtype(node.dtype)})", 2)
 
