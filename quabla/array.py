@@ -154,10 +154,8 @@ Array.register(Tensor)
 # -- construction -----------------------------------------------------------------------------
 
 def _import(obj):
-    """Convert ``obj`` to a fresh NumPy array in a Quabla dtype, following the §3.2 table."""
-    if isinstance(obj, Tensor):
-        return obj._value
-    if isinstance(obj, Array):  # a tracer
+    """``obj`` as a NumPy array, which may still alias ``obj`` (``_finish`` copies)."""
+    if isinstance(obj, Array):  # a tracer; array() handles Tensors itself
         from .errors import TracerError
 
         raise TracerError("a TraceTensor has no concrete value; pass it through quabla ops")
@@ -168,7 +166,7 @@ def _import(obj):
     if isinstance(obj, (list, tuple)):
         _reject_tracers_in(obj)
     try:
-        value = np.array(obj, copy=True, order="C")
+        value = np.asarray(obj)
     except ValueError as exc:
         raise ValueError(f"cannot build an array from ragged or irregular data: {exc}") from None
     if value.dtype.kind == "O":
@@ -189,14 +187,15 @@ def _reject_tracers_in(seq):
 
 
 def _finish(value, dtype):
+    """A C-contiguous copy of ``value`` in its Quabla dtype (the §3.2 table).
+
+    Copied unconditionally: a foreign ``__array__`` may ignore ``copy=True`` and hand back its
+    own buffer, which must be neither aliased nor frozen.
+    """
     target = _dt.result_dtype_of_numpy(value.dtype) if dtype is None else _dt.dtype(dtype)
     if value.size == 0:
         raise ValueError(f"zero-extent arrays are not supported (shape {list(value.shape)})")
-    if value.dtype != target.numpy:
-        value = value.astype(target.numpy)
-    if not value.flags.c_contiguous:
-        value = value.copy()
-    return value
+    return np.array(value, dtype=target.numpy, order="C", copy=True)
 
 
 def array(obj, dtype=None):
@@ -266,4 +265,5 @@ def _finish_range(values, dtype):
 
 
 def eye(n, m=None, dtype=None):
-    return Tensor._wrap(np.eye(int(n), None if m is None else int(m), dtype=_float_dtype(dtype).numpy))
+    n, m = _shape_arg((n, n if m is None else m))
+    return Tensor._wrap(np.eye(n, m, dtype=_float_dtype(dtype).numpy))
