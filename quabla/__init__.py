@@ -22,7 +22,7 @@ from .ops import (
     abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
-from . import tree, random
+from . import tree, random, optim
 from .checkpoint import save, load
 
 _operators._ops = _ops_module
@@ -41,5 +41,5 @@ __all__ = [
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
     "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap",
-    "tree", "random", "save", "load",
+    "tree", "random", "optim", "save", "load",
 ]
