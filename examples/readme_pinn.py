@@ -7,6 +7,7 @@ Run: python examples/readme_pinn.py      (prints w = 3.141593, loss ~ 1e-13)
 
 import math
 
+import quabla as qb
 
 
 def u(x, w):                                   # one collocation point, scalar x
