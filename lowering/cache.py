@@ -81,8 +81,11 @@ def write_source(name, source):
                 return path
     except (OSError, UnicodeDecodeError):
         pass
-    # a missing, corrupted or planted source: replace it, and drop its compiled code
-    _remove_numba_files(name)
+    # a missing, corrupted or planted source: replace it; its stale manifest no longer applies
+    try:
+        os.remove(_manifest_path(name))
+    except OSError:
+        pass
     fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(source)
@@ -94,8 +97,7 @@ def _manifest_path(name):
     return os.path.join(cache_dir(), name + ".manifest.json")
 
 
-def _numba_files(name):
-    folder = os.path.join(cache_dir(), "__pycache__")
+def _numba_files(name, folder):
     try:
         return sorted(
             os.path.join(folder, f) for f in os.listdir(folder)
@@ -110,18 +112,19 @@ def _digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _remove_numba_files(name):
-    for path in _numba_files(name) + [_manifest_path(name)]:
+def _remove_numba_files(name, folder):
+    for path in _numba_files(name, folder) + [_manifest_path(name)]:
         try:
             os.remove(path)
         except OSError:
             pass
 
 
-def verify_numba_files(name):
-    """True if Numba's cache files for ``name`` are exactly those we recorded; otherwise they are
-    removed (so Numba compiles afresh) and False is returned."""
-    files = _numba_files(name)
+def verify_numba_files(name, folder):
+    """True if Numba's cache files for ``name`` (in ``folder``, where Numba keeps them) are
+    exactly those we recorded; otherwise they are removed (so Numba compiles afresh) and False
+    is returned."""
+    files = _numba_files(name, folder)
     if not files:
         return False
     try:
@@ -131,12 +134,12 @@ def verify_numba_files(name):
     except (OSError, ValueError):
         ok = False
     if not ok:
-        _remove_numba_files(name)
+        _remove_numba_files(name, folder)
     return ok
 
 
-def record_numba_files(name):
-    manifest = {os.path.basename(p): _digest(p) for p in _numba_files(name)}
+def record_numba_files(name, folder):
+    manifest = {os.path.basename(p): _digest(p) for p in _numba_files(name, folder)}
     fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(manifest, f)

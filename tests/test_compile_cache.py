@@ -24,20 +24,31 @@ def _run(cache_dir, extra_env=None):
     env = dict(os.environ, QUABLA_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
     env.pop("QUABLA_BACKEND", None)
     env.pop("NUMBA_CACHE_DIR", None)
+    numba_dir = _NUMBA_DIRS.get(str(cache_dir))
+    if numba_dir:
+        env["NUMBA_CACHE_DIR"] = numba_dir
     env.update(extra_env or {})
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
                          text=True, check=True)
     return out.stdout.splitlines()
 
 
+_NUMBA_DIRS = {}  # quabla cache dir -> NUMBA_CACHE_DIR used with it (when the test sets one)
+
+
 def _numba_files(cache_dir):
-    return sorted(glob.glob(os.path.join(cache_dir, "__pycache__", "qb_*.nb[ic]")))
+    root = _NUMBA_DIRS.get(str(cache_dir), str(cache_dir))
+    return sorted(glob.glob(os.path.join(root, "**", "qb_*.nb[ic]"), recursive=True))
 
 
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """A cache directory after one process compiled the program."""
-    path = tmp_path_factory.mktemp("cache") / "quabla"
+@pytest.fixture(scope="module", params=["beside the source", "NUMBA_CACHE_DIR"])
+def warm(request, tmp_path_factory):
+    """A cache directory after one process compiled the program; Numba keeps its machine code
+    beside our sources, or where NUMBA_CACHE_DIR says."""
+    base = tmp_path_factory.mktemp("cache")
+    path = base / "quabla"
+    if request.param == "NUMBA_CACHE_DIR":
+        _NUMBA_DIRS[str(path)] = str(base / "numba")
     first = _run(path)
     return path, first
 
@@ -69,6 +80,9 @@ def test_corrupted_machine_code_is_recompiled_not_run(warm):
                 f.write(b"\x00planted\x00")
     again = _run(path)
     assert again[0] == first[0]
+    for p in _numba_files(path):
+        with open(p, "rb") as f:
+            assert b"planted" not in f.read(), "the corrupted entry was kept"
 
 
 def test_planted_source_is_replaced(warm):

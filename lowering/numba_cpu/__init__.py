@@ -79,11 +79,12 @@ def compile_graph(graph, options):
         c.flags.writeable = False
     name = "qb_" + cache.entry_key(source)
     path = cache.write_source(name, source)
-    verified = cache.verify_numba_files(name)
-    module = _load(name, path)
+    module = _load(name, path)  # runs only the decorator: no machine code is loaded yet
     dispatcher = getattr(module, FUNCTION_NAME)
+    folder = dispatcher._cache._cache_path  # where Numba keeps it (NUMBA_CACHE_DIR or ours)
+    verified = cache.verify_numba_files(name, folder)
     dispatcher.compile(_signature(graph, constants))
     if not verified:
-        cache.record_numba_files(name)
+        cache.record_numba_files(name, folder)
     dispatcher.disable_compile()
     return NumbaExecutable(graph, dispatcher, constants, source)
