@@ -33,4 +33,7 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
         return compile_graph(graph, options or {})
     from quabla.errors import UnsupportedOperationError
 
-    raise UnsupportedOperationError(f"no back end for device {device!r}", op="compile", device=device)
+    raise UnsupportedOperationError(
+        f"device {device!r} is not available in this build yet; use device='cpu'",
+        op="jit", device=device,
+    )

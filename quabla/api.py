@@ -11,7 +11,6 @@ import numbers
 from . import tree
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
 from .core.rewrite import simplify
-from .errors import UnsupportedOperationError
 from .staging import (
     Staged, Transform, _Aval, _Text, _function_name, signature_leaves, trace_function,
 )
@@ -21,13 +20,13 @@ __all__ = ["jit", "grad", "value_and_grad", "jvp", "vjp", "vmap"]
 
 
 def _check_device(device):
+    """Validate the spelling now; a device this build cannot target raises when compiling."""
     if device in (None, "cpu"):
         return "cpu"
-    if isinstance(device, str) and (device in ("cuda", "mlx") or device.startswith("cuda:")):
-        raise UnsupportedOperationError(
-            f"device {device!r} is not available in this build yet; use device='cpu'",
-            op="jit", device=device,
-        )
+    if device in ("cuda", "mlx") or (
+        isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit()
+    ):
+        return device
     raise ValueError(f"unknown device {device!r}; expected None, 'cpu', 'cuda', 'cuda:N' or 'mlx'")
 
 
@@ -478,7 +477,7 @@ class _VjpBackward(Transform):
         inputs = [k for k, leaf in enumerate(template[:n]) if type(leaf) is _Aval]
         floating = [j for j, k in enumerate(inputs) if template[k].dtype.is_floating]
         g = vjp_graph(graph, floating, seeds)
-        g = _cotangent_convention(g, len(graph.inputs), seeds, template[n:], n_out)
+        g = _cotangent_convention(g, traced.n_args, len(graph.inputs), seeds, template[n:])
         arg_trees = primals_tree.children()
         slots, j, start = [], 0, 0
         for t in arg_trees:
@@ -500,30 +499,30 @@ class _VjpBackward(Transform):
         return g, assemble, traced.captures
 
 
-def _cotangent_convention(graph, n_primal, seeds, ct_template, n_out):
-    """Reorder inputs to (primals..., one cotangent per main output..., captures...)."""
+def _cotangent_convention(graph, n_args, n_primal, seeds, ct_template):
+    """Reorder inputs to (primal args..., one cotangent per main output leaf..., captures...).
+
+    ``vjp_graph`` puts the cotangent inputs after every primal input, captures included; the
+    staged calling convention passes the captures last, and one cotangent per output leaf, so
+    outputs without a cotangent input (non-floating ones) get an unused input.
+    """
     from .core.graph import Graph, Node
 
     nodes = list(graph.nodes)
-    inputs = list(graph.inputs)
-    names = list(graph.input_names)
-    n_capture = n_primal - (len(inputs) - n_primal - sum(1 for s in seeds if s)) if False else None
-    del n_capture
-    ct_inputs = iter(inputs[n_primal:])
-    ct_names = iter(names[n_primal:])
-    new_inputs, new_names = [], []
-    n_args = n_primal  # captures are handled by the caller appending them after cotangents
+    inputs, names = list(graph.inputs), list(graph.input_names)
+    ct_inputs = iter(zip(inputs[n_primal:], names[n_primal:]))
+    new_inputs, new_names = inputs[:n_args], names[:n_args]
     for k, leaf in enumerate(ct_template):
         if seeds[k] == "input":
-            new_inputs.append(next(ct_inputs))
-            new_names.append(next(ct_names))
+            nid, name = next(ct_inputs)
         else:
             nodes.append(Node("input", (), (("index", -1),), leaf.shape, leaf.dtype))
-            new_inputs.append(len(nodes) - 1)
-            new_names.append(f"unused/{k}")
-    del n_args
-    return Graph(nodes, inputs[:n_primal] + new_inputs, graph.outputs,
-                 names[:n_primal] + new_names)
+            nid, name = len(nodes) - 1, f"unused/{k}"
+        new_inputs.append(nid)
+        new_names.append(name)
+    new_inputs += inputs[n_args:n_primal]
+    new_names += names[n_args:n_primal]
+    return Graph(nodes, new_inputs, graph.outputs, new_names)
 
 
 def vjp(fun, *primals, has_aux=False):

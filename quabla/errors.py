@@ -45,3 +45,8 @@ CONTROL_FLOW_MESSAGE = (
     "TraceTensor cannot drive Python control flow; use quabla.where for elementwise "
     "selection or an explicit control-flow primitive"
 )
+
+# Tracebacks name the classes as users import them: quabla.TracerError, not quabla.errors....
+for _cls in (QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning):
+    _cls.__module__ = "quabla"
+del _cls

@@ -74,7 +74,6 @@ def test_spec_map_floats(capsys):
     assert capsys.readouterr().out == "{'a': 3.0}\n"
 
 
-@pytest.mark.xfail(strict=False, reason="ops not landed")
 def test_spec_map_tensors(capsys):
     print(qb.tree.map(lambda a, b: a + b, {"a": qb.array(1.0)}, {"a": qb.array(2.0)}))
     assert capsys.readouterr().out == "{'a': Tensor(3., dtype=float64)}\n"

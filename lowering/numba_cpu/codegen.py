@@ -12,7 +12,17 @@ import numpy as np
 from quabla.core.primitives import PRIMITIVES
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, schedule
 
-__all__ = ["generate", "FUNCTION_NAME"]
+__all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
+
+# Products with at least this many multiply-adds go to BLAS when SciPy (which Numba needs for
+# np.dot) is installed; smaller ones are faster as loops, with no BLAS threads to wake.
+BLAS_THRESHOLD = 1 << 22
+
+
+def blas_available():
+    import importlib.util
+
+    return importlib.util.find_spec("scipy") is not None
 
 FUNCTION_NAME = "quabla_entry"
 
@@ -194,6 +204,8 @@ class _Emitter:
         self.emit(f"{out} = np.concatenate(({', '.join(args)},), axis={axis})")
 
     def op_dot_general(self, node, out, args, dimension_numbers):
+        """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
+        BLAS (np.dot, which needs SciPy) for large products, a vectorisable loop nest else."""
         (lc, rc), (lb, rb) = dimension_numbers
         lhs, rhs = (self.nodes[o] for o in node.operands)
         if lhs.shape == () or rhs.shape == ():
@@ -203,20 +215,28 @@ class _Emitter:
         rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
         prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
         B, M, K, N = prod(lhs.shape, lb), prod(lhs.shape, lf), prod(lhs.shape, lc), prod(rhs.shape, rf)
-        lperm, rperm = tuple(lb) + tuple(lf) + tuple(lc), tuple(rb) + tuple(rc) + tuple(rf)
-        a = self.arranged(args[0], lhs, lperm, (B, M, K))
-        b = self.arranged(args[1], rhs, rperm, (B, K, N))
+        a = self.arranged(args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
+        b = self.arranged(args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
         dtype = _np_dtype(node.dtype)
-        if B == 1:
-            self.emit(f"t{out} = np.dot({a}[0], {b}[0])")
-        else:
-            self.emit(f"t{out} = np.empty(({B}, {M}, {N}), {dtype})")
+        t = f"t{out}"
+        self.emit(f"{t}a = {a}")
+        self.emit(f"{t}b = {b}")
+        if B * M * N * K >= BLAS_THRESHOLD and blas_available():
+            self.emit(f"{t} = np.empty(({B}, {M}, {N}), {dtype})")
             self.emit(f"for b in range({B}):")
-            self.emit(f"t{out}[b] = np.dot({a}[b], {b}[b])", 2)
-        if node.shape == ():
-            self.emit(f"{out} = t{out}.ravel()[0]")
+            self.emit(f"{t}[b] = np.dot({t}a[b], {t}b[b])", 2)
         else:
-            self.emit(f"{out} = t{out}.reshape({tuple(node.shape)})")
+            self.emit(f"{t} = np.zeros(({B}, {M}, {N}), {dtype})")
+            self.emit(f"for b in range({B}):")
+            self.emit(f"for m in range({M}):", 2)
+            self.emit(f"for k in range({K}):", 3)
+            self.emit(f"s = {t}a[b, m, k]", 4)
+            self.emit(f"for n in range({N}):", 4)
+            self.emit(f"{t}[b, m, n] += s * {t}b[b, k, n]", 5)
+        if node.shape == ():
+            self.emit(f"{out} = {t}[0, 0, 0]")
+        else:
+            self.emit(f"{out} = {t}.reshape({tuple(node.shape)})")
 
     def arranged(self, name, node, perm, shape3):
         if perm != tuple(range(len(node.shape))):
@@ -224,17 +244,10 @@ class _Emitter:
         return f"{name}.reshape({shape3})"
 
     def op_solve(self, node, out, args):
-        self.guarded(out, f"np.linalg.solve({args[0]}, {args[1]})", node)
+        self.emit(f"{out} = _solve({args[0]}, {args[1]})")
 
     def op_cholesky(self, node, out, args):
-        self.guarded(out, f"np.linalg.cholesky({args[0]})", node)
-
-    def guarded(self, out, expr, node):
-        """LAPACK failures give NaN, as in the reference interpreter."""
-        self.emit("try:")
-        self.emit(f"{out} = np.ascontiguousarray({expr})", 2)
-        self.emit("except Exception:")
-        self.emit(f"{out} = np.full({tuple(node.shape)}, math.nan, {_np_dtype(node.dtype)})", 2)
+        self.emit(f"{out} = _cholesky({args[0]})")
 
 
 def generate(graph):

@@ -79,3 +79,61 @@ def _cast_bool(x):
 
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
            and name not in ("_inline",)]
+
+
+# -- linear algebra without LAPACK (SciPy stays optional); NaN results on failure, as the
+#    reference interpreter gives --------------------------------------------------------------
+
+@numba.njit(error_model="numpy", cache=True)
+def _solve(a, b):
+    """Gaussian elimination with partial pivoting; ``b`` is a vector or a matrix."""
+    n = a.shape[0]
+    lu = a.astype(np.float64)
+    x = b.astype(np.float64).reshape((n, -1)).copy()
+    for k in range(n):
+        pivot = k
+        for i in range(k + 1, n):
+            if abs(lu[i, k]) > abs(lu[pivot, k]):
+                pivot = i
+        if lu[pivot, k] == 0.0:
+            return np.full(b.shape, np.nan, b.dtype)
+        if pivot != k:
+            for j in range(n):
+                lu[k, j], lu[pivot, j] = lu[pivot, j], lu[k, j]
+            for j in range(x.shape[1]):
+                x[k, j], x[pivot, j] = x[pivot, j], x[k, j]
+        for i in range(k + 1, n):
+            f = lu[i, k] / lu[k, k]
+            for j in range(k, n):
+                lu[i, j] -= f * lu[k, j]
+            for j in range(x.shape[1]):
+                x[i, j] -= f * x[k, j]
+    for k in range(n - 1, -1, -1):
+        for j in range(x.shape[1]):
+            s = x[k, j]
+            for i in range(k + 1, n):
+                s -= lu[k, i] * x[i, j]
+            x[k, j] = s / lu[k, k]
+    return x.reshape(b.shape).astype(b.dtype)
+
+
+@numba.njit(error_model="numpy", cache=True)
+def _cholesky(a):
+    """The lower Cholesky factor (Cholesky-Banachiewicz); NaN if ``a`` is not positive definite."""
+    n = a.shape[0]
+    low = np.zeros((n, n), np.float64)
+    for i in range(n):
+        for j in range(i + 1):
+            s = np.float64(a[i, j])
+            for k in range(j):
+                s -= low[i, k] * low[j, k]
+            if i == j:
+                if not s > 0.0:
+                    return np.full(a.shape, np.nan, a.dtype)
+                low[i, i] = np.sqrt(s)
+            else:
+                low[i, j] = s / low[j, j]
+    return low.astype(a.dtype)
+
+
+__all__ += ["_solve", "_cholesky"]

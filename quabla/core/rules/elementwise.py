@@ -50,6 +50,12 @@ def integer_pow_partial(x, n):
     return ops.multiply(float(n), ops.power(x, n - 1))
 
 
+def sqrt_partial(out):
+    """0.5 / sqrt(x), with the zero subgradient at x == 0 masked out of the division."""
+    zero = ops.equal(out, 0.0)
+    return ops.where(zero, 0.0, ops.divide(0.5, ops.where(zero, 1.0, out)))
+
+
 def pow_base_partial(x, y):
     singular = ops.logical_and(ops.equal(x, 0.0), ops.less(y, 1.0))
     safe_x = ops.where(singular, 1.0, x)
@@ -67,6 +73,7 @@ PARTIALS_NAMESPACE = {
 }
 PARTIALS_NAMESPACE.update(
     integer_pow_partial=integer_pow_partial,
+    sqrt_partial=sqrt_partial,
     pow_base_partial=pow_base_partial,
     pow_exponent_partial=pow_exponent_partial,
 )

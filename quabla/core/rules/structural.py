@@ -147,16 +147,16 @@ register(Primitive(
 ))
 
 
+def _padded(shape, low, high, interior):
+    return tuple(lo + n + (n - 1) * it + hi for n, lo, hi, it in zip(shape, low, high, interior))
+
+
 def _pad_shape(x, *, low, high, interior):
-    shape = tuple(
-        lo + n + (n - 1) * it + hi for n, lo, hi, it in zip(x.shape, low, high, interior)
-    )
-    return shape, x.dtype, x._weak
+    return _padded(x.shape, low, high, interior), x.dtype, x._weak
 
 
 def _pad_impl(x, *, low, high, interior):
-    shape, _, _ = _pad_shape(x, low=low, high=high, interior=interior)
-    out = np.zeros(shape, x.dtype)
+    out = np.zeros(_padded(x.shape, low, high, interior), x.dtype)
     out[tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
               for lo, n, it in zip(low, x.shape, interior))] = x
     return out

@@ -1,0 +1,175 @@
+"""The benchmark problems, written once per implementation (Quabla, JAX, hand-written Numba).
+
+Nothing heavy is imported at module level: ``run.py`` times ``import_library`` separately so
+first-call times can be reported with and without the import. Each ``build_<impl>(problem)``
+returns a ``Case``: the function to time, its arguments, how to block on its result, and a
+summary of the result (floats) that the runner compares across implementations.
+"""
+
+import math
+
+PI = math.pi
+N_POINTS = 8          # README PINN collocation points
+MLP_POINTS = 1024     # MLP PINN collocation points
+MLP_WIDTH = 32
+
+
+class Case:
+    def __init__(self, fn, args, block=lambda out: out, summary=None):
+        self.fn = fn
+        self.args = args
+        self.block = block
+        self.summary = summary or (lambda out: None)
+
+
+def mlp_init():
+    """Deterministic Glorot-normal parameters of the 1 -> 32 -> 32 -> 1 MLP, as NumPy arrays,
+    so every implementation starts from the same values."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def glorot(fan_in, fan_out):
+        return rng.normal(0.0, math.sqrt(2.0 / (fan_in + fan_out)), (fan_in, fan_out))
+
+    w = MLP_WIDTH
+    return {
+        "W1": glorot(1, w), "b1": np.zeros(w),
+        "W2": glorot(w, w), "b2": np.zeros(w),
+        "W3": glorot(w, 1), "b3": np.zeros(1),
+    }
+
+
+def _tree_summary(value, grads, leaves):
+    import numpy as np
+
+    return [float(np.asarray(value))] + [float(np.sum(np.asarray(g))) for g in leaves(grads)]
+
+
+# -- Quabla ---------------------------------------------------------------------------------------
+
+def import_quabla():
+    import quabla  # noqa: F401
+
+
+def build_quabla(problem):
+    import quabla as qb
+
+    if problem in ("pinn", "pinn_vmap"):
+        def u(x, w):
+            return qb.sin(x * w)
+
+        if problem == "pinn":   # vectorized form, no vmap (spec 000 "S3 as landed")
+            u_xx = qb.grad(lambda x, w: qb.sum(qb.grad(lambda x, w: qb.sum(u(x, w)))(x, w)))
+        else:                   # the README form (spec 000 §2.4)
+            u_xx = qb.vmap(qb.grad(qb.grad(u)), in_axes=(0, None))
+
+        def loss(w, x):
+            return qb.mean((u_xx(x, w) + PI**2 * qb.sin(PI * x)) ** 2)
+
+        step = qb.jit(qb.value_and_grad(loss))
+        args = (qb.array(2.5), qb.linspace(0.05, 0.95, N_POINTS))
+        return Case(step, args, summary=lambda out: [out[0].item(), out[1].item()])
+
+    if problem == "mlp_pinn":
+        def net(p, t):
+            h = qb.tanh(t * p["W1"][0] + p["b1"])
+            h = qb.tanh(h @ p["W2"] + p["b2"])
+            return (h @ p["W3"] + p["b3"])[0]
+
+        def loss(p, x):
+            u_xx = qb.vmap(qb.grad(qb.grad(lambda t: net(p, t))))   # closes over p
+            return qb.mean((u_xx(x) + PI**2 * qb.sin(PI * x)) ** 2)
+
+        step = qb.jit(qb.value_and_grad(loss))
+        params = {k: qb.array(v) for k, v in mlp_init().items()}
+        args = (params, qb.linspace(0.0, 1.0, MLP_POINTS))
+        return Case(step, args, summary=lambda out: _tree_summary(out[0], out[1], qb.tree.leaves))
+
+    raise KeyError(problem)
+
+
+# -- JAX ------------------------------------------------------------------------------------------
+
+def import_jax():
+    import os
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    cache = os.environ.get("BENCH_JAX_CACHE_DIR")
+    if cache:  # JAX's persistent compilation cache: the peer of Quabla's on-disk cache
+        for name, value in (("jax_compilation_cache_dir", cache),
+                            ("jax_persistent_cache_min_compile_time_secs", 0.0),
+                            ("jax_persistent_cache_min_entry_size_bytes", -1)):
+            try:
+                jax.config.update(name, value)
+            except Exception:  # older JAX: option missing
+                pass
+    import jax.numpy  # noqa: F401
+
+
+def build_jax(problem):
+    import jax
+    import jax.numpy as jnp
+
+    def block(out):
+        return jax.block_until_ready(out)
+
+    if problem in ("pinn", "pinn_vmap"):
+        def u(x, w):
+            return jnp.sin(x * w)
+
+        if problem == "pinn":
+            u_xx = jax.grad(lambda x, w: jnp.sum(jax.grad(lambda x, w: jnp.sum(u(x, w)))(x, w)))
+        else:
+            u_xx = jax.vmap(jax.grad(jax.grad(u)), in_axes=(0, None))
+
+        def loss(w, x):
+            return jnp.mean((u_xx(x, w) + PI**2 * jnp.sin(PI * x)) ** 2)
+
+        step = jax.jit(jax.value_and_grad(loss))
+        args = (jnp.asarray(2.5), jnp.linspace(0.05, 0.95, N_POINTS))
+        return Case(step, args, block, lambda out: [float(out[0]), float(out[1])])
+
+    if problem == "mlp_pinn":
+        def net(p, t):
+            h = jnp.tanh(t * p["W1"][0] + p["b1"])
+            h = jnp.tanh(h @ p["W2"] + p["b2"])
+            return (h @ p["W3"] + p["b3"])[0]
+
+        def loss(p, x):
+            u_xx = jax.vmap(jax.grad(jax.grad(lambda t: net(p, t))))
+            return jnp.mean((u_xx(x) + PI**2 * jnp.sin(PI * x)) ** 2)
+
+        step = jax.jit(jax.value_and_grad(loss))
+        params = {k: jnp.asarray(v) for k, v in mlp_init().items()}
+        args = (params, jnp.linspace(0.0, 1.0, MLP_POINTS))
+        return Case(step, args, block,
+                    lambda out: _tree_summary(out[0], out[1], jax.tree_util.tree_leaves))
+
+    raise KeyError(problem)
+
+
+# -- hand-written Numba ---------------------------------------------------------------------------
+
+def import_numba():
+    import numba  # noqa: F401
+
+
+def build_numba(problem):
+    if problem in ("pinn", "pinn_vmap"):
+        import numpy as np
+
+        from kernels import readme_loss_and_grad
+
+        args = (2.5, np.linspace(0.05, 0.95, N_POINTS))
+        return Case(readme_loss_and_grad, args, summary=lambda out: [out[0], out[1]])
+    return None  # no hand-written kernel for this problem
+
+
+IMPLS = {
+    "quabla": (import_quabla, build_quabla),
+    "jax": (import_jax, build_jax),
+    "numba": (import_numba, build_numba),
+}

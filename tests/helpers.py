@@ -1,0 +1,78 @@
+"""Shared helpers of the transform tests: finite differences, graphs of staged functions, and
+comparisons. Everything here is backend-agnostic: values come back through ``np.asarray``."""
+
+import numpy as np
+
+import quabla as qb
+from quabla import tree
+
+# Tolerances of derivative checks against float64 finite differences, per dtype of the program.
+FD_TOL = {qb.float64: dict(rtol=1e-6, atol=1e-7), qb.float32: dict(rtol=2e-4, atol=2e-4)}
+# Tolerances of identities that hold up to rounding (dot-product test, vmap vs a loop).
+EXACT_TOL = {qb.float64: dict(rtol=1e-12, atol=1e-12), qb.float32: dict(rtol=2e-5, atol=2e-5)}
+
+
+def np64(x):
+    """A float64 NumPy copy of an array (Tensor, ndarray or number)."""
+    return np.array(np.asarray(x), dtype=np.float64)
+
+
+def assert_close(actual, expected, rtol=1e-12, atol=1e-12, err_msg=""):
+    np.testing.assert_allclose(np64(actual), np64(expected), rtol=rtol, atol=atol, err_msg=err_msg)
+
+
+def fd_jacobian(f, args, eps=1e-6):
+    """The central-difference Jacobian of ``f(*args)`` (float64 NumPy arrays in, one array out),
+    shaped ``[out.size, total input size]``; ``f`` is evaluated eagerly in float64."""
+    args = [np.array(a, dtype=np.float64) for a in args]
+    out = np64(f(*[qb.array(a) for a in args]))
+    columns = []
+    for k, a in enumerate(args):
+        for i in range(a.size):
+            plus = [b.copy() for b in args]
+            minus = [b.copy() for b in args]
+            plus[k].reshape(-1)[i] += eps
+            minus[k].reshape(-1)[i] -= eps
+            fp = np64(f(*[qb.array(b) for b in plus]))
+            fm = np64(f(*[qb.array(b) for b in minus]))
+            columns.append(((fp - fm) / (2 * eps)).reshape(-1))
+    return np.stack(columns, axis=1).reshape(out.size, -1)
+
+
+def flat(values):
+    """Concatenate arrays (or a tuple of them) into one float64 vector."""
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    return np.concatenate([np64(v).reshape(-1) for v in values])
+
+
+def staged_graph(fn, *args):
+    """The graph a staged (transformed) function builds for ``args``.
+
+    Uses ``fn.lower(*args).graph`` when ahead-of-time lowering is available, otherwise calls
+    ``fn`` once and reads the graph of the program it cached for this signature.
+    """
+    try:
+        return fn.lower(*args).graph
+    except ImportError:
+        pass
+    fn(*args)
+    return next(reversed(fn._cache.values())).graph  # the entry just used is the most recent
+
+
+def op_counts(graph):
+    """``{op name: count}`` of a graph's operations (inputs excluded)."""
+    counts = {}
+    for node in graph.nodes:
+        if node.op != "input":
+            counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+def traced_graph(f, *args):
+    """The graph of ``f`` traced (not transformed) for the shapes and dtypes of ``args``."""
+    from quabla.staging import _Aval, trace_function
+
+    leaves, treedef = tree.flatten(tuple(args))
+    template = [_Aval(np.shape(leaf), qb.asarray(leaf).dtype) for leaf in leaves]
+    return trace_function(f, treedef, template).graph

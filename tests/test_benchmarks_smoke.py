@@ -1,0 +1,80 @@
+"""Smoke tests of benchmarks/: the problems compute what they claim, and the runner's table
+prints. No timing is asserted anywhere (speed lives in ``python benchmarks/run.py``)."""
+
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+if BENCH not in sys.path:
+    sys.path.append(BENCH)  # for ``kernels``, which problems.build_numba imports
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"quabla_benchmarks_{name}", os.path.join(BENCH, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+problems = _load("problems")
+run = _load("run")
+
+
+def _analytic(w, x):
+    """README PINN loss and d/dw, in NumPy (the formulas of benchmarks/kernels.py)."""
+    s, c = np.sin(w * x), np.cos(w * x)
+    r = -w * w * s + math.pi**2 * np.sin(math.pi * x)
+    dr = -2 * w * s - w * w * x * c
+    return np.mean(r * r), np.mean(2 * r * dr)
+
+
+@pytest.mark.parametrize("problem", ["pinn", "pinn_vmap"])
+def test_readme_pinn_forms_match_analytic(problem):
+    case = problems.build_quabla(problem)
+    value, grad = case.summary(case.block(case.fn(*case.args)))
+    expected = _analytic(2.5, np.linspace(0.05, 0.95, problems.N_POINTS))
+    np.testing.assert_allclose([value, grad], expected, rtol=1e-12)
+
+
+def test_numba_kernel_matches_analytic():
+    case = problems.build_numba("pinn")
+    value, grad = case.summary(case.fn(*case.args))
+    np.testing.assert_allclose([value, grad], _analytic(*case.args), rtol=1e-12)
+
+
+def test_mlp_pinn_gradient_matches_central_difference(monkeypatch):
+    monkeypatch.setenv("QUABLA_BACKEND", "interpret")  # keep the smoke test free of compiles
+    import quabla as qb
+
+    case = problems.build_quabla("mlp_pinn")
+    params, x = case.args
+    value, grads = case.fn(params, x)
+    assert np.isfinite(value.item())
+    # d loss / d W2[3, 5] against a central difference of the loss itself
+    h = 1e-5
+    base = np.asarray(params["W2"])
+
+    def loss_at(delta):
+        w2 = base.copy()
+        w2[3, 5] += delta
+        return case.fn({**params, "W2": qb.array(w2)}, x)[0].item()
+
+    fd = (loss_at(h) - loss_at(-h)) / (2 * h)
+    np.testing.assert_allclose(np.asarray(grads["W2"])[3, 5], fd, rtol=1e-5, atol=1e-8)
+
+
+def test_table_prints_ratios_and_na():
+    results = {
+        "pinn": {
+            "quabla": {"cold": {"first_call": 0.5}, "warm": {"step": 4e-6, "first_call": 0.1}},
+            "jax": {"cold": {"error": "boom"}, "warm": {"error": "boom"}},
+            "numba": {"cold": {"first_call": 0.25}, "warm": {"step": 2e-6, "first_call": 0.05}},
+        }
+    }
+    text = run.table(results, ["quabla", "jax", "numba"])
+    assert "4.00 µs" in text and "2.00x" in text and "n/a" in text and "boom" in text

@@ -1,0 +1,515 @@
+"""Per-primitive checks of the derivative and batching rules (DESIGN "Testing that means something").
+
+For every differentiable primitive of ``PRIMITIVES`` (iterated, so a new primitive fails the
+coverage test until it gets a case here), in float64 and float32:
+
+- the JVP and the VJP against the central-difference Jacobian (computed in float64);
+- the dot-product test ``<u, J v> == <J^T u, v>`` between ``qb.jvp`` and ``qb.vjp``;
+- the rules' own derivatives: ``jvp(grad(<u, f>))`` against differences of ``grad(<u, f>)``;
+- batching: ``vmap(f)(xs)`` equals stacking ``f(x)``, with every argument mapped, with each
+  argument mapped alone (the others shared), and with the batch axis last (in/out_axes=-1);
+  per-example gradients ``vmap(grad(<u, f>))`` equal the stacked gradients.
+
+Primitives without a derivative (comparisons, bool logic, bool reductions) get the batching
+check only; solve and cholesky have no batching rule yet and must raise
+UnsupportedOperationError (spec "S4 as landed") until they get one.
+
+Each primitive is reached through the public ops, and the coverage test checks that the case's
+traced graph really contains the primitive. Pow at its singular points (spec 000 §3.2, S1b) is
+tested at the end.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import quabla as qb
+from quabla import ops as qb_ops
+from quabla.core.primitives import PRIMITIVES
+
+from helpers import EXACT_TOL, FD_TOL, assert_close, fd_jacobian, flat, traced_graph
+
+DTYPES = [qb.float64, qb.float32]
+
+
+@dataclasses.dataclass
+class Case:
+    """How to reach a primitive through the public API: ``fn`` over float arrays made by ``args``."""
+
+    fn: object
+    args: object          # rng -> list of float64 ndarrays (rounded to float32, see _data)
+    name: str = ""
+    smooth: bool = True   # second-order check is meaningful (no kinks near the data)
+    reference: object = None  # the same map without rounding steps, for finite differences
+    rounds: bool = False  # rounds through float32 inside, so identities hold to float32 only
+
+
+def _u(shape, low=-1.0, high=1.0):
+    return lambda rng: rng.uniform(low, high, shape)
+
+
+def _args(*makers):
+    return lambda rng: [m(rng) for m in makers]
+
+
+def _distinct(shape, low=-2.0, high=2.0, gap=0.05):
+    """Values at least ``gap`` apart (no ties for max/min/abs kinks)."""
+    def make(rng):
+        n = int(np.prod(shape))
+        values = np.linspace(low, high, n)
+        values = values + rng.uniform(-gap, gap, n) * 0.4
+        rng.shuffle(values)
+        values[np.abs(values) < gap] += 2 * gap
+        return values.reshape(shape)
+    return make
+
+
+def _spd_factor(n):
+    return lambda rng: rng.uniform(-0.5, 0.5, (n, n)) + np.eye(n)
+
+
+def _square(n):
+    return lambda rng: rng.uniform(-0.5, 0.5, (n, n)) + 3.0 * np.eye(n)
+
+
+MASK = np.array([[True, False, True], [False, False, True]])
+
+
+def _pad_via_slice_vjp(ct):
+    """pad is the transpose of slice: pull ``ct`` back through a strided slice."""
+    zero = qb.zeros((3, 5), dtype=ct.dtype)
+    _, pull = qb.vjp(lambda z: z[1:, ::2], zero)
+    return pull(ct)[0]
+
+
+def _cast_round_trip(x):
+    other = qb.float32 if x.dtype is qb.float64 else qb.float64
+    return qb.astype(qb.astype(x, other), x.dtype) * x
+
+
+CASES = {
+    "neg": [Case(lambda x: -x, _args(_u((2, 3))))],
+    "sin": [Case(qb.sin, _args(_u((2, 3), -3, 3)))],
+    "cos": [Case(qb.cos, _args(_u((2, 3), -3, 3)))],
+    "exp": [Case(qb.exp, _args(_u((2, 3))))],
+    "log": [Case(qb.log, _args(_u((2, 3), 0.3, 3.0)))],
+    "log1p": [Case(qb.log1p, _args(_u((2, 3), -0.5, 2.0)))],
+    "expm1": [Case(qb.expm1, _args(_u((2, 3))))],
+    "tanh": [Case(qb.tanh, _args(_u((2, 3), -2, 2)))],
+    "sqrt": [Case(qb.sqrt, _args(_u((2, 3), 0.3, 3.0)))],
+    "abs": [Case(qb.abs, _args(_distinct((2, 3))), smooth=False)],
+    "sign": [Case(lambda x: qb.sign(x) * qb.sin(x), _args(_distinct((2, 3))), smooth=False)],
+    "logistic": [Case(qb.sigmoid, _args(_u((2, 3), -3, 3)))],
+    "integer_pow": [
+        Case(lambda x: x ** 3, _args(_u((2, 3), -2, 2)), "cube"),
+        Case(qb.square, _args(_u((4,), -2, 2)), "square"),
+    ],
+    "add": [Case(lambda x, y: x + y, _args(_u((2, 3)), _u((2, 3))))],
+    "sub": [Case(lambda x, y: x - y, _args(_u((2, 3)), _u((2, 3))))],
+    "mul": [Case(lambda x, y: x * y, _args(_u((2, 3)), _u((2, 3))))],
+    "div": [Case(lambda x, y: x / y, _args(_u((2, 3)), _u((2, 3), 0.5, 2.0)))],
+    "pow": [
+        Case(qb.power, _args(_u((2, 3), 0.3, 2.0), _u((2, 3), -1.5, 2.5)), "tensor"),
+        Case(lambda x: x ** 2.5, _args(_u((5,), 0.3, 2.0)), "float exponent"),
+        Case(lambda y: 1.7 ** y, _args(_u((5,), -1.0, 1.0)), "rpow"),
+    ],
+    "max": [
+        Case(qb.maximum, _args(_distinct((2, 3)), _distinct((2, 3), -1.9, 2.1)), smooth=False),
+        Case(lambda x: qb.maximum(x, 0.25), _args(_distinct((6,))), "scalar", smooth=False),
+    ],
+    "min": [Case(qb.minimum, _args(_distinct((2, 3)), _distinct((2, 3), -1.9, 2.1)), smooth=False)],
+    "broadcast_in_dim": [
+        Case(lambda x: qb.broadcast_to(x, (2, 3)) * 1.5, _args(_u((3,))), "rank"),
+        Case(lambda x: qb.broadcast_to(x, (2, 3, 4)), _args(_u((3, 1))), "stretch"),
+    ],
+    "reshape": [Case(lambda x: qb.reshape(x, (3, 2)), _args(_u((2, 3))))],
+    "transpose": [
+        Case(qb.transpose, _args(_u((2, 3)))),
+        Case(lambda x: qb.transpose(x, (1, 2, 0)), _args(_u((2, 3, 2))), "3d"),
+    ],
+    "slice": [
+        Case(lambda x: x[1:, ::2], _args(_u((3, 5)))),
+        Case(lambda x: x[..., 1], _args(_u((2, 3))), "index"),
+    ],
+    "pad": [Case(_pad_via_slice_vjp, _args(_u((2, 3))))],
+    "concatenate": [
+        Case(lambda x, y: qb.concat([x, y], axis=1), _args(_u((2, 3)), _u((2, 2)))),
+        Case(lambda x, y: qb.stack([x, y]), _args(_u((3,)), _u((3,))), "stack"),
+    ],
+    "select": [
+        Case(lambda x, y: qb.where(MASK, x, y), _args(_u((2, 3)), _u((2, 3)))),
+        Case(lambda x: qb.where(x > 0.0, x * x, -x), _args(_distinct((2, 3))), "traced",
+             smooth=False),
+        Case(qb.relu, _args(_distinct((6,))), "relu", smooth=False),
+    ],
+    "cast": [Case(_cast_round_trip, _args(_u((2, 3))), smooth=False,
+                  reference=lambda x: x * x, rounds=True)],
+    "reduce_sum": [
+        Case(lambda x: qb.sum(x, axis=1), _args(_u((2, 3)))),
+        Case(qb.mean, _args(_u((2, 3))), "mean"),
+    ],
+    "reduce_max": [
+        Case(lambda x: qb.max(x, axis=0), _args(_distinct((3, 4))), smooth=False),
+        Case(qb.max, _args(_distinct((5,))), "all", smooth=False),
+    ],
+    "reduce_min": [Case(lambda x: qb.min(x, axis=1), _args(_distinct((3, 4))), smooth=False)],
+    "dot_general": [
+        Case(qb.matmul, _args(_u((2, 3)), _u((3, 2))), "matmul"),
+        Case(qb.matmul, _args(_u((2, 3)), _u((3,))), "matvec"),
+        Case(lambda a, b: qb.einsum("bij,bjk->bik", a, b), _args(_u((2, 2, 3)), _u((2, 3, 2))),
+             "batched einsum"),
+        Case(lambda a, b: qb.einsum("ij,kj->ik", a, b), _args(_u((2, 3)), _u((2, 3))),
+             "transposed einsum"),
+        Case(lambda a, b: qb_ops.dot_general(a, b, ((2,), (0,)), ((1,), (1,))),
+             _args(_u((3, 2, 4)), _u((4, 2, 2))), "batch in the middle"),
+        Case(lambda a, b: qb_ops.dot_general(a, b, ((2, 0), (0, 2)), ((), ())),
+             _args(_u((2, 3, 4)), _u((4, 2, 2))), "two unsorted contractions"),
+        Case(lambda a, b: qb.einsum("jib,jk->bki", a, b), _args(_u((3, 2, 2)), _u((3, 4))),
+             "permuted output"),
+    ],
+    "solve": [
+        Case(qb.solve, _args(_square(3), _u((3,))), "vector"),
+        Case(qb.solve, _args(_square(3), _u((3, 2))), "matrix"),
+    ],
+    "cholesky": [
+        Case(lambda a: qb.cholesky(a @ qb.transpose(a) + 0.5 * qb.eye(3, dtype=a.dtype)),
+             _args(_spd_factor(3))),
+    ],
+}
+
+# Batching of the primitives without a derivative is checked too (they appear in every graph).
+NONDIFF_CASES = {
+    "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y, "lt": lambda x, y: x < y,
+    "le": lambda x, y: x <= y, "eq": qb.equal, "ne": qb.not_equal,
+    "isfinite": lambda x, y: qb.isfinite(x / y), "isnan": lambda x, y: qb.isnan(qb.log(x)),
+    "and": lambda x, y: (x > 0.0) & (y > 0.0), "or": lambda x, y: (x > 0.0) | (y > 0.0),
+    "not": lambda x, y: ~(x > y),
+    "reduce_or": lambda x, y: qb.any(x > y, axis=1), "reduce_and": lambda x, y: qb.all(x > y, axis=0),
+}
+
+# Spec "S4 as landed": a mapped solve is rejected (cholesky's rules use solve).
+UNBATCHABLE = {"solve", "cholesky"}
+
+
+def _differentiable():
+    return sorted(n for n, p in PRIMITIVES.items() if p.differentiable)
+
+
+def _all_cases():
+    out = []
+    for name in _differentiable():
+        for i, case in enumerate(CASES.get(name, [])):
+            label = f"{name}-{case.name or i}"
+            out.append(pytest.param(name, case, id=label))
+    return out
+
+
+def _data(case, seed=0):
+    """The case's arguments, rounded to float32 so both dtypes see the same points exactly."""
+    rng = np.random.default_rng(seed)
+    return [np.asarray(a, dtype=np.float32).astype(np.float64) for a in case.args(rng)]
+
+
+def _tensors(arrays, dtype):
+    return [qb.array(a, dtype=dtype) for a in arrays]
+
+
+def _directions(arrays, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, a.shape).astype(np.float32).astype(np.float64) for a in arrays]
+
+
+# -- coverage -----------------------------------------------------------------------------------
+
+def test_table_covers_every_differentiable_primitive():
+    missing = [n for n in _differentiable() if not CASES.get(n)]
+    assert not missing, f"add a Case for the differentiable primitives {missing}"
+    stale = sorted(set(CASES) - set(PRIMITIVES))
+    assert not stale, f"cases for unknown primitives {stale}"
+
+
+def test_nondifferentiable_primitives_are_marked_and_covered():
+    nondiff = sorted(n for n, p in PRIMITIVES.items() if not p.differentiable)
+    assert set(nondiff) >= {"gt", "eq", "and", "not", "reduce_or"}
+    missing = [n for n in nondiff if n not in NONDIFF_CASES]
+    assert not missing, f"add a batching case for the non-differentiable primitives {missing}"
+
+
+@pytest.mark.parametrize("name, case", _all_cases())
+def test_case_reaches_its_primitive(name, case):
+    ops = {n.op for n in traced_graph(case.fn, *_tensors(_data(case), qb.float64)).nodes}
+    assert name in ops, f"the {name} case traces to {sorted(ops)}"
+
+
+@pytest.mark.parametrize("name", sorted(NONDIFF_CASES))
+def test_nondiff_case_reaches_its_primitive(name):
+    x, y = _tensors([np.ones((2, 3)), 2 * np.ones((2, 3))], qb.float64)
+    ops = {n.op for n in traced_graph(NONDIFF_CASES[name], x, y).nodes}
+    assert name in ops
+
+
+# -- first order: JVP, VJP, dot-product test ----------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, case", _all_cases())
+def test_jvp_vjp_against_finite_differences(name, case, dtype):
+    data = _data(case)
+    jac = fd_jacobian(case.reference or case.fn, data)
+    primals = _tensors(data, dtype)
+    tangents = _tensors(_directions(data, 1), dtype)
+    out, tangent_out = qb.jvp(case.fn, tuple(primals), tuple(tangents))
+    assert out.dtype is dtype and tangent_out.dtype is dtype
+    assert tangent_out.shape == out.shape
+    tol = FD_TOL[dtype]
+    assert_close(out, case.fn(*_tensors(data, qb.float64)), **tol)
+    assert_close(flat(tangent_out), jac @ flat(tangents), **tol, err_msg="JVP")
+
+    out2, pull = qb.vjp(case.fn, *primals)
+    assert_close(out2, out, **EXACT_TOL[dtype])
+    u = qb.array(np.random.default_rng(2).uniform(-1, 1, out.shape), dtype=dtype)
+    cts = pull(u)
+    assert isinstance(cts, tuple) and len(cts) == len(primals)
+    for ct, p in zip(cts, primals):
+        assert ct.shape == p.shape and ct.dtype is dtype
+    assert_close(flat(cts), jac.T @ flat(u), **tol, err_msg="VJP")
+
+    # the dot-product test: <u, J v> == <J^T u, v>
+    lhs = float(np.dot(flat(u), flat(tangent_out)))
+    rhs = float(np.dot(flat(cts), flat(tangents)))
+    scale = max(1.0, float(np.abs(flat(u)).sum() * np.abs(flat(tangent_out)).max()))
+    rtol = EXACT_TOL[qb.float32 if case.rounds else dtype]["rtol"]
+    assert abs(lhs - rhs) <= rtol * 10 * scale, (lhs, rhs)
+
+
+@pytest.mark.parametrize("name, case", [c for c in _all_cases() if c.values[1].smooth])
+def test_second_order_rules(name, case):
+    """jvp(grad(<u, f>)) against central differences of grad(<u, f>): the rules' own rules."""
+    data = _data(case)
+    u = qb.array(np.random.default_rng(3).uniform(-1, 1, np.shape(case.fn(*_tensors(data, qb.float64)))))
+    n = len(data)
+
+    def scalar(*xs):
+        return qb.sum(case.fn(*xs) * u)
+
+    g = qb.grad(scalar, argnums=tuple(range(n)))
+    primals = tuple(_tensors(data, qb.float64))
+    v = tuple(_tensors(_directions(data, 4), qb.float64))
+    _, hv = qb.jvp(g, primals, v)
+    eps = 1e-5
+    plus = g(*[p + eps * t for p, t in zip(primals, v)])
+    minus = g(*[p - eps * t for p, t in zip(primals, v)])
+    expected = (flat(plus) - flat(minus)) / (2 * eps)
+    assert_close(flat(hv), expected, rtol=1e-6, atol=1e-7)
+
+
+# -- batching -----------------------------------------------------------------------------------
+
+def _check_vmap(fn, arrays, dtype, in_axes, name, axis=0):
+    """vmap(fn, in_axes)(*arrays) equals stacking fn over the examples; mapped arrays hold the
+    examples along ``axis`` (given as in_axes and out_axes, so negative axes are covered too)."""
+    axes = tuple(None if a is None else axis for a in in_axes)
+    batched = qb.vmap(fn, in_axes=axes, out_axes=axis)
+    try:
+        result = batched(*_tensors(arrays, dtype))
+    except qb.UnsupportedOperationError as e:
+        assert name in UNBATCHABLE, f"vmap of {name} raised {e}"
+        return
+    size = next(a.shape[axis] for a, ax in zip(arrays, axes) if ax is not None)
+    rows = []
+    for b in range(size):
+        example = [np.take(a, b, axis=axis) if ax is not None else a for a, ax in zip(arrays, axes)]
+        rows.append(np.asarray(fn(*_tensors(example, dtype))))
+    expected = np.stack(rows, axis=axis)
+    assert result.dtype is qb.asarray(rows[0]).dtype
+    assert tuple(result.shape) == expected.shape
+    if expected.dtype == np.bool_:
+        np.testing.assert_array_equal(np.asarray(result), expected)
+    else:
+        assert_close(result, expected, **EXACT_TOL[dtype])
+
+
+def _in_axes_patterns(n):
+    """Every argument mapped, then each argument mapped alone (the others shared)."""
+    yield (0,) * n
+    if n > 1:
+        for k in range(n):
+            yield tuple(0 if i == k else None for i in range(n))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, case", _all_cases())
+def test_batching(name, case, dtype):
+    examples = [_data(case, seed) for seed in range(3)]
+    n = len(examples[0])
+    for in_axes in _in_axes_patterns(n):
+        arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
+                  for k, ax in enumerate(in_axes)]
+        _check_vmap(case.fn, arrays, dtype, in_axes, name)
+    # the batch axis last, as in_axes=-1 and out_axes=-1
+    arrays = [np.stack([ex[k] for ex in examples], axis=-1) for k in range(n)]
+    _check_vmap(case.fn, arrays, dtype, (0,) * n, name, axis=-1)
+
+
+@pytest.mark.parametrize("name, case", _all_cases())
+def test_batching_of_derivatives(name, case):
+    """Per-example gradients: vmap(grad(<u, f>)) equals the stacked gradients."""
+    examples = [_data(case, seed) for seed in range(3)]
+    n = len(examples[0])
+    u = qb.array(np.random.default_rng(6).uniform(
+        -1, 1, np.shape(case.fn(*_tensors(examples[0], qb.float64)))))
+    g = qb.grad(lambda *xs: qb.sum(case.fn(*xs) * u), argnums=tuple(range(n)))
+    for in_axes in _in_axes_patterns(n):
+        arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
+                  for k, ax in enumerate(in_axes)]
+        try:
+            result = qb.vmap(g, in_axes=in_axes)(*_tensors(arrays, qb.float64))
+        except qb.UnsupportedOperationError:
+            assert name in UNBATCHABLE
+            return
+        for b in range(3):
+            example = [a[b] if ax == 0 else a for a, ax in zip(arrays, in_axes)]
+            expected = g(*_tensors(example, qb.float64))
+            assert_close(flat([r[b] for r in result]), flat(expected), **EXACT_TOL[qb.float64])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(NONDIFF_CASES))
+def test_batching_nondifferentiable(name, dtype):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (3, 2, 3))
+    y = rng.uniform(-1, 1, (3, 2, 3))
+    x[0, 0, 0] = y[0, 0, 0]  # a tie, so eq/ne/ge/le see both outcomes
+    _check_vmap(NONDIFF_CASES[name], [x, y], dtype, (0, 0), name)
+    _check_vmap(NONDIFF_CASES[name], [x, y[0]], dtype, (0, None), name)
+
+
+@pytest.mark.parametrize("name", sorted(UNBATCHABLE))
+def test_unbatchable_primitives_raise_a_typed_error(name):
+    """Until they get batching rules, mapped solve/cholesky raise UnsupportedOperationError."""
+    case = CASES[name][0]
+    examples = [_data(case, seed) for seed in range(2)]
+    arrays = [np.stack([ex[k] for ex in examples]) for k in range(len(examples[0]))]
+    try:
+        qb.vmap(case.fn)(*_tensors(arrays, qb.float64))
+    except qb.UnsupportedOperationError as e:
+        assert e.op in UNBATCHABLE
+    # implementing the rule is welcome: test_batching then checks its values
+
+
+# -- pow at its singular points (spec 000 §3.2, slice S1b) --------------------------------------
+
+def _grad_x(y):
+    return qb.grad(lambda x: qb.power(x, y))
+
+
+def _grad_y(x):
+    return qb.grad(lambda y: qb.power(x, y))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("y", [0.5, 0.0, -0.5, 0.999])
+def test_pow_base_gradient_is_zero_at_zero_for_y_below_one(y, dtype):
+    x0 = qb.array(0.0, dtype=dtype)
+    g = _grad_x(qb.array(y, dtype=dtype))(x0)
+    assert g.dtype is dtype and float(g) == 0.0
+    assert np.isfinite(float(qb.grad(_grad_x(qb.array(y, dtype=dtype)))(x0)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_pow_half_agrees_with_sqrt_at_the_origin(dtype):
+    """Spec §3.2: the zero subgradient of sqrt at the origin, so pow(x, 0.5) and sqrt agree."""
+    for x in (0.0, 4.0):
+        xx = qb.array(x, dtype=dtype)
+        for derivative in (qb.grad, lambda f: qb.grad(qb.grad(f))):
+            a = derivative(qb.sqrt)(xx)
+            b = derivative(lambda t: t ** 0.5)(xx)
+            assert a.dtype is dtype and float(a) == float(b), (x, float(a), float(b))
+    assert float(qb.grad(qb.sqrt)(qb.array(0.0))) == 0.0
+    assert float(qb.grad(qb.sqrt)(qb.array(4.0))) == 0.25
+    assert np.asarray(qb.grad(qb.norm)(qb.zeros(2))).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("y, first, second", [
+    (1.0, 1.0, 0.0), (2.0, 0.0, 2.0), (3.0, 0.0, 0.0), (1.5, 0.0, 0.0), (2.5, 0.0, 0.0),
+])
+def test_pow_base_gradient_keeps_the_finite_limit_for_y_at_least_one(y, first, second, dtype):
+    x0 = qb.array(0.0, dtype=dtype)
+    yy = qb.array(y, dtype=dtype)
+    assert float(_grad_x(yy)(x0)) == first
+    assert float(qb.grad(_grad_x(yy))(x0)) == second
+    _, hvp = qb.jvp(_grad_x(yy), (x0,), (qb.array(1.0, dtype=dtype),))
+    assert float(hvp) == second
+
+
+def test_x_squared_float_has_second_derivative_two_at_zero():
+    f = lambda x: x ** 2.0
+    x0 = qb.array(0.0)
+    assert float(qb.grad(f)(x0)) == 0.0
+    assert float(qb.grad(qb.grad(f))(x0)) == 2.0
+    assert float(qb.jvp(qb.grad(f), (x0,), (qb.array(1.0),))[1]) == 2.0
+    # and the same with a Python float argument (a float64 array in a differentiated position)
+    assert float(qb.grad(qb.grad(f))(0.0)) == 2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("x", [0.0, -1.0, -2.5])
+@pytest.mark.parametrize("y", [0.5, 1.0, 2.0, 3.0])
+def test_pow_exponent_gradient_is_zero_for_nonpositive_base(x, y, dtype):
+    xx, yy = qb.array(x, dtype=dtype), qb.array(y, dtype=dtype)
+    g = _grad_y(xx)(yy)
+    assert g.dtype is dtype and float(g) == 0.0
+    assert float(qb.grad(_grad_y(xx))(yy)) == 0.0
+    assert float(qb.jvp(_grad_y(xx), (yy,), (qb.array(1.0, dtype=dtype),))[1]) == 0.0
+
+
+@pytest.mark.parametrize("x, y", [(0.0, 0.5), (0.0, 2.0), (0.0, 0.0), (-2.0, 2.0), (-2.0, 3.0),
+                                  (0.0, 1.0), (-1.0, 0.5)])
+def test_pow_hessian_is_finite_at_singular_points(x, y):
+    """Where the value is finite, every second partial is finite (grad(grad) and jvp(grad))."""
+    args = (qb.array(x), qb.array(y))
+    value = float(qb.power(*args))
+    f = lambda a, b: qb.power(a, b)
+    g = qb.grad(f, argnums=(0, 1))
+    for i in range(2):
+        for j in range(2):
+            h = qb.grad(lambda a, b: qb.grad(f, argnums=i)(a, b), argnums=j)(*args)
+            if math.isfinite(value):
+                assert math.isfinite(float(h)), (i, j, float(h))
+    for t in [(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)]:
+        _, hv = qb.jvp(g, args, tuple(qb.array(c) for c in t))
+        if math.isfinite(value):
+            assert all(math.isfinite(float(c)) for c in hv), (t, hv)
+
+
+def test_pow_value_conventions():
+    """NaN for a negative base and non-integer exponent; 0 ** 0 == 1; integer floats exact."""
+    assert math.isnan(float(qb.power(qb.array(-2.0), qb.array(0.5))))
+    assert float(qb.power(qb.array(0.0), qb.array(0.0))) == 1.0
+    assert float(qb.power(qb.array(-2.0), qb.array(3.0))) == -8.0
+    traced = qb.jit(lambda x, y: x ** y)
+    assert math.isnan(float(traced(qb.array(-2.0), qb.array(0.5))))
+    assert float(traced(qb.array(0.0), qb.array(0.0))) == 1.0
+
+
+def test_pow_gradients_away_from_singularities():
+    x, y = 1.7, 2.3
+    gx, gy = qb.grad(lambda a, b: a ** b, argnums=(0, 1))(qb.array(x), qb.array(y))
+    assert_close(gx, y * x ** (y - 1))
+    assert_close(gy, x ** y * math.log(x))
+    # negative base, integer exponent: base gradient y x^(y-1), exponent gradient 0
+    gx, gy = qb.grad(lambda a, b: a ** b, argnums=(0, 1))(qb.array(-2.0), qb.array(3.0))
+    assert float(gx) == 12.0 and float(gy) == 0.0
+
+
+def test_integer_pow_uses_its_own_primitive():
+    """x ** 3 (a non-negative Python int) is integer_pow; 3.0, -1 and tensors are pow."""
+    x = qb.array(1.5)
+    assert "integer_pow" in {n.op for n in traced_graph(lambda a: a ** 3, x).nodes}
+    for f in (lambda a: a ** 3.0, lambda a: a ** -1, lambda a: a ** a):
+        ops = {n.op for n in traced_graph(f, x).nodes}
+        assert "pow" in ops and "integer_pow" not in ops
+    assert_close(qb.grad(lambda a: a ** -1)(x), -1 / 1.5 ** 2)
+    assert float(qb.grad(qb.grad(lambda a: a ** 0))(x)) == 0.0
