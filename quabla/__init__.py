@@ -22,6 +22,7 @@ from .ops import (
     abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
+from .jacobians import jacobian, hessian
 from . import tree, random, optim
 from .checkpoint import save, load
 
@@ -40,6 +41,6 @@ __all__ = [
     "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
-    "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap",
+    "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "hessian",
     "tree", "random", "optim", "save", "load",
 ]

@@ -122,8 +122,6 @@ def test_3_3_jvp_and_vjp(capsys):
 
 # -- 3.4 jacobian and hessian --------------------------------------------------------------------
 
-@pytest.mark.xfail(not hasattr(qb, "jacobian"), reason="qb.jacobian / qb.hessian are not "
-                   "implemented yet (spec 003 §3.4)", raises=AttributeError, strict=True)
 def test_3_4_jacobian_and_hessian(capsys):
     def h(x):
         return qb.stack([x[0] * x[1], qb.sin(x[0])])

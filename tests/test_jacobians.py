@@ -1,0 +1,84 @@
+"""jacobian and hessian (spec 003 §3.4, 000 "S4 as landed"): dense blocks from one staged
+program, either direction, pytree blocks, and further transforms of them."""
+
+import numpy as np
+import pytest
+
+import quabla as qb
+
+from helpers import assert_close, fd_jacobian, np64
+
+
+def f_wide(x):          # more inputs than outputs: reverse mode
+    return qb.stack([qb.sum(qb.sin(x) * x), qb.sum(x ** 3)])
+
+
+def f_tall(x):          # more outputs than inputs: forward mode
+    return qb.concat([qb.sin(x) * x[0], qb.exp(x), x[1] * x])
+
+
+@pytest.mark.parametrize("f, n", [(f_wide, 5), (f_tall, 2)], ids=["reverse", "forward"])
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
+def test_jacobian_matches_finite_differences(f, n, dtype):
+    x = np.random.default_rng(0).uniform(-1, 1, n)
+    jac = qb.jacobian(f)(qb.array(x, dtype=dtype))
+    assert jac.dtype is dtype
+    expected = fd_jacobian(f, [x])
+    tol = dict(rtol=1e-7, atol=1e-8) if dtype is qb.float64 else dict(rtol=1e-4, atol=1e-4)
+    assert_close(jac, expected, **tol)
+
+
+def test_blocks_follow_pytrees_and_bool_leaves_get_none():
+    def f(p, flag):
+        return {"u": p["w"] * p["b"][0], "s": qb.sum(p["w"])}
+
+    p = {"w": qb.array([1.0, 2.0, 3.0]), "b": qb.array([0.5])}
+    jac = qb.jacobian(f, argnums=(0, 1))(p, qb.array([True, False]))
+    (du, du_flag), (ds, ds_flag) = jac["u"], jac["s"]
+    assert du_flag is None and ds_flag is None
+    assert du["w"].shape == [3, 3] and du["b"].shape == [3, 1] and ds["w"].shape == [3]
+    assert_close(du["w"], 0.5 * np.eye(3))
+    assert_close(du["b"], [[1.0], [2.0], [3.0]])
+    assert_close(ds["w"], [1.0, 1.0, 1.0])
+    assert_close(ds["b"], [0.0])
+
+
+def test_hessian_is_symmetric_and_exact():
+    def f(x):
+        return qb.sum(qb.sin(x) * x[0] + qb.exp(x * x[1]))
+
+    x = np.array([0.3, -0.7, 1.1])
+    hess = np64(qb.hessian(f)(qb.array(x)))
+    np.testing.assert_allclose(hess, hess.T, rtol=1e-12, atol=1e-12)
+    grad = lambda v: qb.grad(f)(v)
+    assert_close(hess, fd_jacobian(grad, [x]), rtol=1e-7, atol=1e-7)
+
+
+def test_further_transforms_and_inlining():
+    cube = lambda x: qb.sum(x ** 3)
+    x = qb.array([1.0, 2.0])
+    # grad of a function of the Hessian: d/dx trace(H) = d/dx sum(6 x) = 6
+    assert qb.grad(lambda x: qb.sum(qb.hessian(cube)(x)))(x).tolist() == [6.0, 6.0]
+    batched = qb.vmap(qb.hessian(cube))(qb.array([[1.0, 2.0], [3.0, 4.0]]))
+    assert_close(batched, [[[6, 0], [0, 12]], [[18, 0], [0, 24]]])
+    jac_of_vmap = qb.jacobian(qb.vmap(lambda t: qb.sin(t) * t))(x)
+    assert_close(jac_of_vmap, np.diag(np.cos([1.0, 2.0]) * [1.0, 2.0] + np.sin([1.0, 2.0])))
+    assert_close(qb.jit(qb.jacobian(qb.sin))(x), np.diag(np.cos([1.0, 2.0])))
+
+
+def test_one_program_whatever_the_input_size():
+    sizes = {}
+    for n in (2, 16, 64):
+        g = qb.jit(qb.jacobian(lambda x: qb.sin(x) * qb.sum(x))).lower(qb.ones((n,))).graph
+        sizes[n] = g.node_count()
+    assert len(set(sizes.values())) == 1, sizes
+
+
+def test_against_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    x = np.array([0.2, -0.4, 0.9])
+    ours = qb.hessian(lambda v: qb.sum(qb.tanh(v) * v[0]))(qb.array(x))
+    theirs = jax.hessian(lambda v: jnp.sum(jnp.tanh(v) * v[0]))(jnp.asarray(x))
+    assert_close(ours, np.asarray(theirs), rtol=1e-12, atol=1e-12)
