@@ -54,3 +54,14 @@ def test_numba_matches_interpreter(fn, make_args, dtype, differentiate):
             np.testing.assert_array_equal(a, e)
         else:
             np.testing.assert_allclose(a, e, **TOL[dtype])
+
+
+def test_large_products_match_the_interpreter():
+    """Above BLAS_THRESHOLD products go to BLAS when SciPy is installed, else to the loop nest."""
+    rng = np.random.default_rng(3)
+    a, b = qb.array(rng.uniform(-1, 1, (128, 64))), qb.array(rng.uniform(-1, 1, (64, 64)))
+    graph = qb.jit(lambda a, b: qb.tanh(a @ b) @ b.T).lower(a, b).graph
+    values = [a.numpy(), b.numpy()]
+    (expected,) = evaluate(graph, values)
+    (actual,) = compile_graph(graph, {})(*values)
+    np.testing.assert_allclose(actual, expected, rtol=1e-10, atol=1e-12)

@@ -15,14 +15,16 @@ from ..schedule import INDEX_MAPS, REDUCTIONS, Group, schedule
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
 
 # Products with at least this many multiply-adds go to BLAS when SciPy (which Numba needs for
-# np.dot) is installed; smaller ones are faster as loops, with no BLAS threads to wake.
-BLAS_THRESHOLD = 1 << 22
+# np.dot) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no BLAS
+# threads to wake.
+BLAS_THRESHOLD = 1 << 18
 
 
 def blas_available():
     import importlib.util
+    import os
 
-    return importlib.util.find_spec("scipy") is not None
+    return os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy") is not None
 
 FUNCTION_NAME = "quabla_entry"
 
@@ -226,13 +228,7 @@ class _Emitter:
             self.emit(f"for b in range({B}):")
             self.emit(f"{t}[b] = np.dot({t}a[b], {t}b[b])", 2)
         else:
-            self.emit(f"{t} = np.zeros(({B}, {M}, {N}), {dtype})")
-            self.emit(f"for b in range({B}):")
-            self.emit(f"for m in range({M}):", 2)
-            self.emit(f"for k in range({K}):", 3)
-            self.emit(f"s = {t}a[b, m, k]", 4)
-            self.emit(f"for n in range({N}):", 4)
-            self.emit(f"{t}[b, m, n] += s * {t}b[b, k, n]", 5)
+            self.emit(f"{t} = _matmul({t}a, {t}b)")
         if node.shape == ():
             self.emit(f"{out} = {t}[0, 0, 0]")
         else:

@@ -85,6 +85,27 @@ __all__ = [name for name in dir() if name.startswith("_") and not name.startswit
 #    reference interpreter gives --------------------------------------------------------------
 
 @numba.njit(error_model="numpy", cache=True)
+def _matmul(a, b):
+    """Batched (B, M, K) x (B, K, N) products; the inner loop runs along contiguous rows so LLVM
+    vectorises it (no reduction to reassociate, so results match a plain dot exactly)."""
+    batch, rows, inner = a.shape
+    cols = b.shape[2]
+    out = np.zeros((batch, rows, cols), a.dtype)
+    for i in range(batch):
+        ai = a[i]
+        bi = b[i]
+        oi = out[i]
+        for m in range(rows):
+            row = oi[m]
+            for k in range(inner):
+                s = ai[m, k]
+                bk = bi[k]
+                for n in range(cols):
+                    row[n] += s * bk[n]
+    return out
+
+
+@numba.njit(error_model="numpy", cache=True)
 def _solve(a, b):
     """Gaussian elimination with partial pivoting; ``b`` is a vector or a matrix."""
     n = a.shape[0]
@@ -136,4 +157,4 @@ def _cholesky(a):
     return low.astype(a.dtype)
 
 
-__all__ += ["_solve", "_cholesky"]
+__all__ += ["_matmul", "_solve", "_cholesky"]
