@@ -194,13 +194,18 @@ class _Emitter:
             self.emit(f"{out} = {args[0]}.reshape({tuple(new_shape)})")
 
     def op_pad(self, node, out, args, low, high, interior):
+        """Zeros with the operand scattered in: plain loops (slice assignment would make Numba
+        compile its error-message machinery, seconds per process)."""
         src = self.nodes[node.operands[0]]
         self.emit(f"{out} = np.zeros({tuple(node.shape)}, {_np_dtype(node.dtype)})")
-        slices = ", ".join(
-            f"{lo}:{lo + (n - 1) * (it + 1) + 1}:{it + 1}"
-            for lo, n, it in zip(low, src.shape, interior)
-        )
-        self.emit(f"{out}[{slices}] = {args[0]}")
+        idx = [f"i{k}" for k in range(len(src.shape))]
+        target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
+        self.loops(src.shape, f"{out}[{', '.join(target)}] = {args[0]}[{', '.join(idx)}]")
+
+    def loops(self, shape, statement):
+        for depth, n in enumerate(shape):
+            self.emit(f"for i{depth} in range({n}):", depth + 1)
+        self.emit(statement, len(shape) + 1)
 
     def op_concatenate(self, node, out, args, axis):
         self.emit(f"{out} = np.concatenate(({', '.join(args)},), axis={axis})")
@@ -217,16 +222,14 @@ class _Emitter:
         rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
         prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
         B, M, K, N = prod(lhs.shape, lb), prod(lhs.shape, lf), prod(lhs.shape, lc), prod(rhs.shape, rf)
-        a = self.arranged(args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
-        b = self.arranged(args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
         dtype = _np_dtype(node.dtype)
         t = f"t{out}"
-        self.emit(f"{t}a = {a}")
-        self.emit(f"{t}b = {b}")
+        self.arrange(f"{t}a", args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
+        self.arrange(f"{t}b", args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
         if B * M * N * K >= BLAS_THRESHOLD and blas_available():
             self.emit(f"{t} = np.empty(({B}, {M}, {N}), {dtype})")
             self.emit(f"for b in range({B}):")
-            self.emit(f"{t}[b] = np.dot({t}a[b], {t}b[b])", 2)
+            self.emit(f"np.dot({t}a[b], {t}b[b], {t}[b])", 2)
         else:
             self.emit(f"{t} = _matmul({t}a, {t}b)")
         if node.shape == ():
@@ -234,10 +237,19 @@ class _Emitter:
         else:
             self.emit(f"{out} = {t}.reshape({tuple(node.shape)})")
 
-    def arranged(self, name, node, perm, shape3):
+    def arrange(self, target, name, node, perm, shape3):
+        """``target`` = the operand with axes in ``perm`` order, as a C-contiguous 3-d array;
+        a permutation is copied with loops (cheaper to compile than np.ascontiguousarray)."""
         if perm != tuple(range(len(node.shape))):
-            return f"np.ascontiguousarray({name}.transpose({perm})).reshape({shape3})"
-        return f"{name}.reshape({shape3})"
+            permuted = tuple(node.shape[p] for p in perm)
+            self.emit(f"{target} = np.empty({permuted}, {_np_dtype(node.dtype)})")
+            source = [None] * len(perm)
+            for k, p in enumerate(perm):
+                source[p] = f"i{k}"
+            idx = ", ".join(f"i{k}" for k in range(len(perm)))
+            self.loops(permuted, f"{target}[{idx}] = {name}[{', '.join(source)}]")
+            name = target
+        self.emit(f"{target} = {name}.reshape({shape3})")
 
     def op_solve(self, node, out, args):
         self.emit(f"{out} = _solve({args[0]}, {args[1]})")
