@@ -124,6 +124,8 @@ def _can_join(plan, group, node):
 
 
 def _mark_materialized(graph, statements, plan):
+    """A member gets a buffer if the outputs or a statement outside its group read it. An index
+    map read by other groups is not stored: each reader gathers from its source again."""
     consumers = {}
     for nid, node in enumerate(graph.nodes):
         for o in node.operands:
@@ -133,10 +135,19 @@ def _mark_materialized(graph, statements, plan):
         if not isinstance(stmt, Group):
             continue
         for m in stmt.members:
-            if graph.nodes[m].op in REDUCTIONS:
+            node = graph.nodes[m]
+            if node.op in REDUCTIONS:
                 continue
-            if m in outputs or any(
-                plan.home[c][0] is not stmt or graph.nodes[c].op in INDEX_MAPS
-                for c in consumers.get(m, ())
-            ):
+            regather = node.op in INDEX_MAPS
+            for c in consumers.get(m, ()):
+                home = plan.home[c][0]
+                reader_fuses = isinstance(home, Group) and graph.nodes[c].op not in INDEX_MAPS \
+                    and graph.nodes[c].op not in REDUCTIONS
+                if home is stmt and graph.nodes[c].op not in INDEX_MAPS:
+                    continue
+                if regather and reader_fuses:
+                    continue
+                stmt.materialized.add(m)
+                break
+            if m in outputs:
                 stmt.materialized.add(m)
