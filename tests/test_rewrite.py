@@ -117,8 +117,9 @@ def test_second_derivative_of_sin_is_just_sin_and_neg():
 
 def test_readme_graph_does_not_grow_with_the_number_of_points():
     counts = [staged_graph(qb.value_and_grad(_readme_loss), qb.array(2.5),
-                           qb.linspace(0.05, 0.95, n)).node_count() for n in (3, 8, 64)]
-    assert len(set(counts)) == 1, counts
+                           qb.linspace(0.05, 0.95, n)).node_count() for n in (1, 3, 8, 64)]
+    # one point may simplify further (a mean over one element divides by 1), never grow
+    assert counts[0] <= counts[1] == counts[2] == counts[3], counts
 
 
 def test_vmap_of_per_point_derivatives_is_independent_of_batch_size():

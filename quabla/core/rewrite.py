@@ -45,7 +45,7 @@ class _Sweep:
 
     def constant(self, value, dtype, weak):
         value = np.asarray(value, dtype=dtype.numpy)
-        if value.ndim and value.size > 1:
+        if value.ndim:
             first = value.reshape(-1)[:1]
             if value.tobytes() == first.tobytes() * value.size:
                 scalar = self.constant(first.reshape(()), dtype, weak)
