@@ -2,8 +2,8 @@
 
 Generated sources live in a private directory (mode 0700; ``QUABLA_CACHE_DIR`` overrides the
 default under the user's cache directory), one file per key: a hash of the generated source
-(which encodes the canonical graph and argument types) and the versions of Quabla, Numba,
-llvmlite, NumPy and Python. Numba's ``cache=True`` stores the machine code beside it, so a
+(which encodes the canonical graph and argument types), the versions of Quabla, Numba,
+llvmlite, NumPy and Python, and a digest of the runtime helpers the code links in. Numba's ``cache=True`` stores the machine code beside it, so a
 second process loads instead of compiling. Every entry is verified before use: the source file
 must equal the regenerated source, and Numba's cache files must match the SHA-256 digests
 recorded in our manifest when they were written; anything else is deleted and recompiled, never
@@ -31,8 +31,15 @@ def _versions():
 
     from quabla import __version__
 
+    from .numba_cpu import runtime
+
+    # the generated code links the runtime helpers into its machine code: a change to them
+    # must not reuse entries compiled against the old ones
+    with open(runtime.__file__, "rb") as f:
+        helpers = hashlib.sha256(f.read()).hexdigest()[:16]
     return f"quabla={__version__};numba={numba.__version__};llvmlite={llvmlite.__version__};" \
-           f"numpy={numpy.__version__};python={sys.version.split()[0]};{platform.machine()}"
+           f"numpy={numpy.__version__};python={sys.version.split()[0]};{platform.machine()};" \
+           f"runtime={helpers}"
 
 
 def _is_private(path):
@@ -68,8 +75,14 @@ def cache_dir():
     return path
 
 
+_VERSIONS = None
+
+
 def entry_key(source):
-    return hashlib.sha256((_versions() + "\n" + source).encode()).hexdigest()[:32]
+    global _VERSIONS
+    if _VERSIONS is None:
+        _VERSIONS = _versions()
+    return hashlib.sha256((_VERSIONS + "\n" + source).encode()).hexdigest()[:32]
 
 
 def write_source(name, source):
