@@ -3,8 +3,9 @@
 Generated sources live in a private directory (mode 0700; ``QUABLA_CACHE_DIR`` overrides the
 default under the user's cache directory), one file per key: a hash of the generated source
 (which encodes the canonical graph and argument types), the versions of Quabla, Numba,
-llvmlite, NumPy and Python, and a digest of the runtime helpers the code links in. Numba's ``cache=True`` stores the machine code beside it, so a
-second process loads instead of compiling. Every entry is verified before use: the source file
+llvmlite, NumPy and Python, and a digest of the runtime helpers the code links in. Numba's
+``cache=True`` stores the machine code beside it, so a second process loads instead of
+compiling. Every entry is verified before use: the source file
 must equal the regenerated source, and Numba's cache files must match the SHA-256 digests
 recorded in our manifest when they were written; anything else is deleted and recompiled, never
 executed.
