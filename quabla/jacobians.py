@@ -65,8 +65,7 @@ class _Jacobian(Transform):
         mixed = any(n.dtype.name == "float32" for n in graph.nodes) and any(
             d.name == "float64" for _, d in out_avals)
         reverse = 0 < Q < P and all(floating_out) and not mixed
-        blocks = _reverse_blocks(graph, selected, in_avals, out_avals, Q) if reverse else \
-            _forward_blocks(graph, selected, in_avals, out_avals, P)
+        jac_graph, blocks = _jacobian_graph(graph, selected, in_avals, out_avals, reverse)
         n_out = len(out_avals)
         out_tree = traced.out_tree
         argnum_trees = [arg_trees[a] for a in self.argnums]
@@ -82,11 +81,7 @@ class _Jacobian(Transform):
                 per_output.append(per_arg[0] if self.single else tuple(per_arg))
             return out_tree.unflatten(per_output)
 
-        return blocks.graph, assemble, traced.captures
-
-
-class _Blocks(dict):
-    """``blocks[o][s]``: the graph output holding the block of output ``o`` and input ``s``."""
+        return jac_graph, assemble, traced.captures
 
 
 def _basis(sizes, index, shape, dtype):
@@ -98,61 +93,41 @@ def _basis(sizes, index, shape, dtype):
     return Tensor._wrap(eye.reshape((total,) + tuple(shape)))
 
 
-def _wrapper(graph):
-    """A trace whose inputs are ``graph``'s inputs: where the basis batches are spliced in."""
+def _jacobian_graph(graph, selected, in_avals, out_avals, reverse):
+    """The graph of every block, and ``blocks[o][s]``: the output holding the block of graph
+    output ``o`` and selected input ``s``. Forward mode seeds the inputs with basis vectors and
+    stacks one JVP per output; reverse mode seeds the outputs and stacks one VJP per input."""
+    n_in, n_out = len(graph.inputs), len(out_avals)
+    if reverse:
+        derivative = vjp_graph(graph, selected, ["input"] * n_out)
+        seeds, results = out_avals, in_avals
+    else:
+        mask = [j in selected for j in range(n_in)]
+        derivative = jvp_graph(graph, mask)
+        seeds, results = in_avals, out_avals
+    sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _ in seeds]
+    batched, _ = batch_graph(derivative, [False] * n_in + [True] * len(seeds),
+                             max(sum(sizes), 1), [False] * n_out + [True] * len(results))
     frame = TraceFrame()
-    return frame, [frame.new_input(s, d, n) for (s, d), n in zip(graph.in_avals, graph.input_names)]
-
-
-def _forward_blocks(graph, selected, in_avals, out_avals, P):
-    mask = [False] * len(graph.inputs)
-    for j in selected:
-        mask[j] = True
-    g = jvp_graph(graph, mask)
-    n_in, n_out = len(graph.inputs), len(out_avals)
-    mapped = [False] * n_in + [True] * len(selected)
-    batched, _ = batch_graph(g, mapped, max(P, 1), [False] * n_out + [True] * n_out)
-    frame, inputs = _wrapper(graph)
-    blocks, outputs = _Blocks(), []
-    sizes = [int(np.prod(s, dtype=np.int64)) for s, _ in in_avals]
+    inputs = [frame.new_input(s, d, n) for (s, d), n in zip(graph.in_avals, graph.input_names)]
+    blocks = {o: {} for o in range(n_out)}
+    outputs = []
     with trace_frame(frame):
-        tangents = [_basis(sizes, s, shape, dtype) for s, (shape, dtype) in enumerate(in_avals)]
-        outs = inline(batched, inputs + tangents)[n_out:]  # [P, *out] per output
-        for o, (t, (oshape, _)) in enumerate(zip(outs, out_avals)):
-            blocks[o] = {}
-            moved = ops.transpose(t, tuple(range(1, t.ndim)) + (0,)) if t.ndim > 1 else t
+        basis = [_basis(sizes, k, shape, dtype) for k, (shape, dtype) in enumerate(seeds)]
+        stacks = inline(batched, inputs + basis)[n_out:]  # [seeds, *result] per result
+        for r, (stack, (rshape, _)) in enumerate(zip(stacks, results)):
+            if not reverse:  # [*out, seeds]: the output axes lead the block
+                stack = ops.transpose(stack, tuple(range(1, stack.ndim)) + (0,))
             start = 0
-            for s, (ishape, _) in enumerate(in_avals):
-                part = moved[(slice(None),) * len(oshape) + (slice(start, start + sizes[s]),)]
+            for k, size in enumerate(sizes):
+                lead = (slice(None),) * (0 if reverse else len(rshape))
+                segment = stack[lead + (slice(start, start + size),)]
+                o, s = (k, r) if reverse else (r, k)
                 blocks[o][s] = len(outputs)
-                outputs.append(frame.operand(ops.reshape(part, tuple(oshape) + tuple(ishape))))
-                start += sizes[s]
-    blocks.graph = simplify(frame.build(outputs))
-    return blocks
-
-
-def _reverse_blocks(graph, selected, in_avals, out_avals, Q):
-    n_in, n_out = len(graph.inputs), len(out_avals)
-    g = vjp_graph(graph, selected, ["input"] * n_out)
-    mapped = [False] * n_in + [True] * n_out
-    batched, _ = batch_graph(g, mapped, Q, [False] * n_out + [True] * len(selected))
-    frame, inputs = _wrapper(graph)
-    blocks, outputs = _Blocks(), []
-    sizes = [int(np.prod(s, dtype=np.int64)) for s, _ in out_avals]
-    with trace_frame(frame):
-        cts = [_basis(sizes, o, shape, dtype) for o, (shape, dtype) in enumerate(out_avals)]
-        grads = inline(batched, inputs + cts)[n_out:]  # [Q, *in] per input
-        for o, (oshape, _) in enumerate(out_avals):
-            blocks[o] = {}
-        for s, (g_s, (ishape, _)) in enumerate(zip(grads, in_avals)):
-            start = 0
-            for o, (oshape, _) in enumerate(out_avals):
-                part = g_s[start:start + sizes[o]]
-                blocks[o][s] = len(outputs)
-                outputs.append(frame.operand(ops.reshape(part, tuple(oshape) + tuple(ishape))))
-                start += sizes[o]
-    blocks.graph = simplify(frame.build(outputs))
-    return blocks
+                shape = tuple(out_avals[o][0]) + tuple(in_avals[s][0])
+                outputs.append(frame.operand(ops.reshape(segment, shape)))
+                start += size
+    return simplify(frame.build(outputs)), blocks
 
 
 def jacobian(fun, argnums=0):

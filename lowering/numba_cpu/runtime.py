@@ -6,6 +6,8 @@ import math
 import numba
 import numpy as np
 
+from quabla.core.rules.elementwise import power_by_squaring
+
 _inline = numba.njit(inline="always", error_model="numpy")
 
 
@@ -34,17 +36,12 @@ def _logistic(x):
     return 1.0 / (1.0 + math.exp(-x))
 
 
+_power_by_squaring = _inline(power_by_squaring)
+
+
 @_inline
 def _integer_pow(x, n):
-    result = type(x)(1)
-    base = x
-    while n:
-        if n & 1:
-            result = result * base
-        n >>= 1
-        if n:
-            base = base * base
-    return result
+    return _power_by_squaring(type(x)(1), x, n)
 
 
 @_inline
@@ -78,7 +75,7 @@ def _cast_bool(x):
 
 
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
-           and name not in ("_inline",)]
+           and name not in ("_inline", "_power_by_squaring")]
 
 
 # -- linear algebra without LAPACK (SciPy stays optional); NaN results on failure, as the

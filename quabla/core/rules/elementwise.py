@@ -24,9 +24,10 @@ def _logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _integer_pow(x, n):
-    """x ** n by repeated squaring, exactly as the loop-nest back ends compute it."""
-    result = np.ones_like(x)
+def power_by_squaring(one, x, n):
+    """x ** n (n >= 0) by repeated squaring, starting from ``one``: the one algorithm that both
+    the NumPy reference (on arrays) and the loop-nest back ends (on scalars) run."""
+    result = one
     base = x
     while n:
         if n & 1:
@@ -35,6 +36,10 @@ def _integer_pow(x, n):
         if n:
             base = base * base
     return result
+
+
+def _integer_pow(x, n):
+    return power_by_squaring(np.ones_like(x), x, n)
 
 
 NUMPY_NAMESPACE = {"np": np, "_logistic": _logistic, "_integer_pow": _integer_pow}
