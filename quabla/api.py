@@ -315,7 +315,7 @@ def _staged_grad(fun, argnums, has_aux, with_value, kind):
 # -- jvp ------------------------------------------------------------------------------------------
 
 class _Jvp(Transform):
-    """Staged over (primals, tangents); tangents of non-floating primals are ignored."""
+    """Staged over (primals, tangents); a non-floating primal's tangent is None."""
 
     def name(self, inner):
         return f"jvp({inner})"
@@ -324,59 +324,24 @@ class _Jvp(Transform):
         return frozenset(range(treedef.num_leaves))
 
     def stage(self, fun, treedef, template):
-        primals_tree, tangents_tree = treedef.children()
+        primals_tree, _ = treedef.children()
         n = primals_tree.num_leaves
         traced = trace_function(fun, primals_tree, template[:n], _function_name(fun))
         graph = traced.graph
-        mask = [leaf.dtype.is_floating for leaf in template[:n] if type(leaf) is _Aval]
-        mask += [False] * len(traced.captures)
-        g = jvp_graph(graph, mask)
+        n_args, n_captures = traced.n_args, len(traced.captures)
+        mask = [template[k].dtype.is_floating for k in range(n) if type(template[k]) is _Aval]
+        g = jvp_graph(graph, mask + [False] * n_captures)
+        # jvp_graph's inputs are (args, captures, tangents); staged ones (args, tangents, captures)
+        n_tangents = sum(mask)
+        order = list(range(n_args)) + list(range(n_args + n_captures, n_args + n_captures + n_tangents)) \
+            + list(range(n_args, n_args + n_captures))
         n_out = len(graph.outputs)
-        n_in = len(graph.inputs)
-        # the staged graph takes (primals, tangents): drop the tangents of non-floating leaves
-        keep = [n_in + sum(mask[:k]) for k in range(len(mask)) if mask[k]]
         out_tree = traced.out_tree
-        g = _select_inputs(g, n_in, mask, template[n:])
 
         def assemble(outs):
             return out_tree.unflatten(outs[:n_out]), out_tree.unflatten(outs[n_out:])
 
-        del keep
-        return g, assemble, traced.captures
-
-
-def _select_inputs(graph, n_primal, mask, tangent_template):
-    """Reorder graph inputs to (primal args..., tangent per primal arg leaf..., captures...).
-
-    ``jvp_graph`` puts tangent inputs after all primal inputs (captures included); the staged
-    calling convention passes one tangent per primal argument leaf, so unused tangents (of
-    bool leaves) are accepted as dummy inputs.
-    """
-    from .core.graph import Graph
-
-    n_args = len(tangent_template)
-    primal_inputs = list(graph.inputs[:n_primal])
-    tangent_inputs = list(graph.inputs[n_primal:])
-    nodes = list(graph.nodes)
-    names = list(graph.input_names)
-    new_inputs = primal_inputs[:n_args]
-    new_names = names[:n_args]
-    it = iter(tangent_inputs)
-    it_names = iter(names[n_primal:])
-    from .core.graph import Node
-
-    for k in range(n_args):
-        if mask[k]:
-            new_inputs.append(next(it))
-            new_names.append(next(it_names))
-        else:
-            shape, dtype = tangent_template[k].shape, tangent_template[k].dtype
-            nodes.append(Node("input", (), (("index", -1),), shape, dtype))
-            new_inputs.append(len(nodes) - 1)
-            new_names.append(f"unused/{k}")
-    new_inputs += primal_inputs[n_args:]
-    new_names += names[n_args:n_primal]
-    return Graph(nodes, new_inputs, graph.outputs, new_names)
+        return g.with_inputs(order), assemble, traced.captures
 
 
 def jvp(fun, primals, tangents):
@@ -391,35 +356,24 @@ def jvp(fun, primals, tangents):
 
 
 def _match_tangents(primals, tangents):
-    """Python numbers adopt their primal's dtype and shape; arrays must match exactly."""
+    """One tangent per floating primal leaf (None for the others): Python numbers adopt their
+    primal's dtype and shape, arrays must match exactly."""
     from . import ops
-    from .array import asarray
 
     p_leaves, p_tree = tree.flatten(primals)
-    try:
-        t_leaves = p_tree.flatten_up_to(tangents) if hasattr(p_tree, "flatten_up_to") else None
-    except Exception:
-        t_leaves = None
-    if t_leaves is None:
-        t_leaves, t_tree = tree.flatten(tangents, is_leaf=lambda x: x is None)
-        if len(t_leaves) != len(p_leaves):
-            raise ValueError(f"jvp: tangents {t_tree} do not match primals {p_tree}")
+    t_leaves, t_tree = tree.flatten(tangents, is_leaf=lambda x: x is None)
+    if len(t_leaves) != len(p_leaves):
+        raise ValueError(f"jvp: tangents {t_tree} do not match primals {p_tree}")
     out = []
     for p, t in zip(p_leaves, t_leaves):
-        if isinstance(p, (bool, int, float)):
-            p = ops._as_array(float(p))
-        p = ops._as_array(p)
+        p = ops._as_array(float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else p)
         if not p.dtype.is_floating:
-            out.append(p)  # ignored: bool leaves have no tangent
+            out.append(None)  # bool leaves have no tangent
             continue
         if t is None:
             raise ValueError("jvp: a floating primal needs a tangent (got None)")
         if isinstance(t, (int, float)) and not isinstance(t, bool):
-            t = ops.broadcast_to(ops._weak_scalar(t, p.dtype), p.shape) if p.shape else ops._weak_scalar(t, p.dtype)
-            t = asarray(t) if not hasattr(t, "_frame") else t
-            if getattr(t, "_weak", False) and hasattr(t, "_value"):
-                from .array import Tensor
-                t = Tensor._wrap(t._value)
+            t = ops.broadcast_to(ops._weak_scalar(t, p.dtype), p.shape)
         else:
             t = ops._as_array(t)
         if tuple(t.shape) != tuple(p.shape) or t.dtype is not p.dtype:
@@ -477,7 +431,13 @@ class _VjpBackward(Transform):
         inputs = [k for k, leaf in enumerate(template[:n]) if type(leaf) is _Aval]
         floating = [j for j, k in enumerate(inputs) if template[k].dtype.is_floating]
         g = vjp_graph(graph, floating, seeds)
-        g = _cotangent_convention(g, traced.n_args, len(graph.inputs), seeds, template[n:])
+        # vjp_graph's inputs are (args, captures, cotangents); staged ones (args, cotangents,
+        # captures), with a cotangent for each floating output (the others pass None)
+        n_args, n_inputs = traced.n_args, len(graph.inputs)
+        n_cts = sum(1 for seed in seeds if seed)
+        order = list(range(n_args)) + list(range(n_inputs, n_inputs + n_cts)) \
+            + list(range(n_args, n_inputs))
+        g = g.with_inputs(order)
         arg_trees = primals_tree.children()
         slots, j, start = [], 0, 0
         for t in arg_trees:
@@ -499,32 +459,6 @@ class _VjpBackward(Transform):
         return g, assemble, traced.captures
 
 
-def _cotangent_convention(graph, n_args, n_primal, seeds, ct_template):
-    """Reorder inputs to (primal args..., one cotangent per main output leaf..., captures...).
-
-    ``vjp_graph`` puts the cotangent inputs after every primal input, captures included; the
-    staged calling convention passes the captures last, and one cotangent per output leaf, so
-    outputs without a cotangent input (non-floating ones) get an unused input.
-    """
-    from .core.graph import Graph, Node
-
-    nodes = list(graph.nodes)
-    inputs, names = list(graph.inputs), list(graph.input_names)
-    ct_inputs = iter(zip(inputs[n_primal:], names[n_primal:]))
-    new_inputs, new_names = inputs[:n_args], names[:n_args]
-    for k, leaf in enumerate(ct_template):
-        if seeds[k] == "input":
-            nid, name = next(ct_inputs)
-        else:
-            nodes.append(Node("input", (), (("index", -1),), leaf.shape, leaf.dtype))
-            nid, name = len(nodes) - 1, f"unused/{k}"
-        new_inputs.append(nid)
-        new_names.append(name)
-    new_inputs += inputs[n_args:n_primal]
-    new_names += names[n_args:n_primal]
-    return Graph(nodes, new_inputs, graph.outputs, new_names)
-
-
 def vjp(fun, *primals, has_aux=False):
     """Reverse mode: ``(fun(*primals), vjp_fun)``; ``vjp_fun(ct)`` returns one cotangent per primal."""
     out = Staged(fun, _VjpForward(has_aux), config=("vjp", bool(has_aux)))(*primals)
@@ -540,24 +474,29 @@ def vjp(fun, *primals, has_aux=False):
 
 
 def _match_cotangents(out, cotangent):
+    """One cotangent per floating output leaf (None for the others): Python numbers adopt the
+    output's dtype and shape, arrays must match exactly."""
     from . import ops
 
     o_leaves, o_tree = tree.flatten(out)
-    c_leaves, c_tree = tree.flatten(cotangent)
+    c_leaves, c_tree = tree.flatten(cotangent, is_leaf=lambda x: x is None)
     if len(o_leaves) != len(c_leaves):
         raise ValueError(f"vjp_fun: cotangent {c_tree} does not match the output {o_tree}")
     result = []
     for o, c in zip(o_leaves, c_leaves):
-        if isinstance(c, (int, float)) and not isinstance(c, bool):
-            c = ops.add(ops.broadcast_to(ops._weak_scalar(c, o.dtype), o.shape), 0.0) if o.shape else ops._weak_scalar(c, o.dtype)
+        if c is None:
+            if o.dtype.is_floating:
+                raise ValueError("vjp_fun: a floating output needs a cotangent (got None)")
+        elif isinstance(c, (int, float)) and not isinstance(c, bool):
+            c = ops.broadcast_to(ops._weak_scalar(c, o.dtype), o.shape)
         else:
             c = ops._as_array(c)
-        if tuple(c.shape) != tuple(o.shape) or c.dtype is not o.dtype:
+        if c is not None and (tuple(c.shape) != tuple(o.shape) or c.dtype is not o.dtype):
             raise ValueError(
                 f"vjp_fun: cotangent {c.dtype}{list(c.shape)} does not match output "
                 f"{o.dtype}{list(o.shape)}"
             )
-        result.append(c)
+        result.append(c if o.dtype.is_floating else None)
     return o_tree.unflatten(result)
 
 

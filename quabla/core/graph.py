@@ -105,6 +105,11 @@ class Graph:
     def out_avals(self):
         return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.outputs]
 
+    def with_inputs(self, order):
+        """The same graph with its inputs permuted: input ``k`` is the old input ``order[k]``."""
+        return Graph(self.nodes, [self.inputs[k] for k in order], self.outputs,
+                     [self.input_names[k] for k in order])
+
     def node_count(self, include_inputs=False):
         """Operation count: the measure the rewriter keeps small (inputs excluded by default)."""
         return sum(1 for n in self.nodes if include_inputs or n.op != "input")
