@@ -22,20 +22,25 @@ _DECORATOR = "@numba.njit(cache=True, error_model=\"numpy\", nogil=True)\n"
 
 
 def module_source(graph):
-    body, constants = generate(graph)
-    return _HEADER + _DECORATOR + body, constants
+    """``(source, constants, workspace)`` of the module that holds ``graph``'s entry."""
+    body, constants, workspace = generate(graph)
+    return _HEADER + _DECORATOR + body, constants, workspace
 
 
-def _signature(graph, constants):
+_NUMBA_TYPES = {"float64": "float64", "float32": "float32", "bool": "boolean"}
+
+
+def _signature(graph, constants, workspace):
+    """Exact argument types: read-only C arrays in (inputs, constants), writable scratch."""
     from numba import types
 
-    to_numba = {"float64": types.float64, "float32": types.float32, "bool": types.boolean}
-    args = [
-        types.Array(to_numba[graph.nodes[i].dtype.name], len(graph.nodes[i].shape), "C", readonly=True)
-        for i in graph.inputs
-    ]
-    args += [types.Array(numba_type, c.ndim, "C", readonly=True)
-             for c in constants for numba_type in [to_numba[{"f": "float64" if c.dtype.itemsize == 8 else "float32", "b": "bool"}[c.dtype.kind]]]]
+    def array(dtype, ndim, readonly):
+        return types.Array(getattr(types, _NUMBA_TYPES[dtype]), ndim, "C", readonly=readonly)
+
+    args = [array(graph.nodes[i].dtype.name, len(graph.nodes[i].shape), True) for i in graph.inputs]
+    args += [array({"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]], c.ndim, True)
+             for c in constants]
+    args += [array(name, 1, False) for name in workspace]
     return tuple(args)
 
 
@@ -48,32 +53,45 @@ def _load(name, path):
 
 
 class NumbaExecutable:
-    """The compiled entry behind a small generated wrapper that appends the constants and
-    turns scalar results into 0-d arrays of the right dtype (the dispatch hot path)."""
+    """The compiled entry behind a small generated wrapper (the dispatch hot path): it appends
+    the constants and a set of scratch buffers, and turns scalar results into 0-d arrays of the
+    right dtype. Scratch sets are pooled, so concurrent calls (the entry releases the GIL) each
+    get their own and a sequential caller reuses one."""
 
-    def __init__(self, graph, function, constants, source):
+    def __init__(self, graph, function, constants, workspace, source):
         self.graph = graph
         self.source = source
         self.function = function
         n_in = len(graph.inputs)
         params = ", ".join(f"a{k}" for k in range(n_in))
-        args = ", ".join([f"a{k}" for k in range(n_in)] + [f"c{k}" for k in range(len(constants))])
+        args = [f"a{k}" for k in range(n_in)] + [f"c{k}" for k in range(len(constants))]
         results = []
         for k, o in enumerate(graph.outputs):
             node = graph.nodes[o]
             results.append(f"array(r[{k}], {node.dtype.numpy.name})" if node.shape == () else f"r[{k}]")
         namespace = {"fn": function, "array": np.array, "float64": np.float64,
-                     "float32": np.float32, "bool": np.bool_}
+                     "float32": np.float32, "bool": np.bool_, "pool": [], "scratch": self._scratch}
         namespace.update({f"c{k}": c for k, c in enumerate(constants)})
-        exec(f"def run({params}):\n    r = fn({args})\n    return ({', '.join(results)},)\n", namespace)
+        self._workspace = [(size, np.dtype(np.bool_ if name == "bool" else name))
+                           for name, size in workspace.items()]
+        if workspace:
+            call = (f"    w = pool.pop() if pool else scratch()\n"
+                    f"    try:\n        r = fn({', '.join(args)}, *w)\n"
+                    f"    finally:\n        pool.append(w)\n")
+        else:
+            call = f"    r = fn({', '.join(args)})\n"
+        exec(f"def run({params}):\n{call}    return ({', '.join(results)},)\n", namespace)
         self.run = namespace["run"]
+
+    def _scratch(self):
+        return tuple(np.empty(max(size, 1), dtype) for size, dtype in self._workspace)
 
     def __call__(self, *args):
         return self.run(*args)
 
 
 def compile_graph(graph, options):
-    source, constants = module_source(graph)
+    source, constants, workspace = module_source(graph)
     constants = [np.ascontiguousarray(c) for c in constants]
     for c in constants:
         c.flags.writeable = False
@@ -83,8 +101,8 @@ def compile_graph(graph, options):
     dispatcher = getattr(module, FUNCTION_NAME)
     folder = dispatcher._cache._cache_path  # where Numba keeps it (NUMBA_CACHE_DIR or ours)
     verified = cache.verify_numba_files(name, folder)
-    dispatcher.compile(_signature(graph, constants))
+    dispatcher.compile(_signature(graph, constants, workspace))
     if not verified:
         cache.record_numba_files(name, folder)
     dispatcher.disable_compile()
-    return NumbaExecutable(graph, dispatcher, constants, source)
+    return NumbaExecutable(graph, dispatcher, constants, workspace, source)

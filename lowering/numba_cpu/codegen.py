@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from quabla.core.primitives import PRIMITIVES
+from ..buffers import ScratchPlan
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, schedule
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
@@ -62,6 +63,11 @@ class _Emitter:
         self.lines = []
         self.constants = []  # non-scalar constant arrays, passed as trailing arguments
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
+        self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
+        self.root = {}       # variable in the scratch buffers -> the variable owning its slot
+        self.now = 0         # index of the statement being emitted
+        self.last_use = {}   # node id -> index of the last statement that reads it
+        self.outputs = set(graph.outputs)
         self.stored = set()  # group members that have a buffer
         self.consumers = {}
         for nid, node in enumerate(graph.nodes):
@@ -70,6 +76,33 @@ class _Emitter:
 
     def emit(self, line, depth=1):
         self.lines.append("    " * depth + line)
+
+    def alloc(self, var, shape, dtype, fill=None, fresh=False, expiry=None):
+        """``var`` = an array of ``shape``: fresh memory for what the caller receives, else a
+        slot of the scratch buffer of its dtype (see lowering/buffers.py), free again after
+        statement ``expiry`` (the last reader of node ``var``; this statement for temporaries)."""
+        shape = tuple(shape)
+        if fresh:
+            init = "np.empty" if fill is None else "np.zeros" if fill == "0" else None
+            if init:
+                self.emit(f"{var} = {init}({shape}, {_np_dtype(dtype)})")
+            else:
+                self.emit(f"{var} = np.full({shape}, {fill}, {_np_dtype(dtype)})")
+            return
+        size = int(np.prod(shape, dtype=np.int64))
+        if expiry is None:
+            expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
+        start = self.plan.take(var, dtype.name, size, expiry)
+        self.emit(f"{var} = w_{dtype.name}[{start}:{start + size}].reshape({shape})")
+        if fill is not None:
+            self.emit(f"{var}.fill({fill})")
+        self.root[var] = var
+
+    def view(self, var, of, nid):
+        """``var`` (node ``nid``) is a view of ``of``: it keeps the slot of ``of`` alive."""
+        if of in self.root:
+            self.root[var] = self.root[of]
+            self.plan.extend(self.root[of], self.last_use.get(nid, self.now))
 
     # -- values ------------------------------------------------------------------------------
     def read(self, nid, group, idx):
@@ -124,7 +157,7 @@ class _Emitter:
             if node.op in REDUCTIONS:
                 self.reduction_init(node, m)
             elif m in group.materialized:
-                self.emit(f"v{m} = np.empty({tuple(shape)}, {_np_dtype(node.dtype)})")
+                self.alloc(f"v{m}", shape, node.dtype, fresh=m in self.outputs)
         for depth, (i, n) in enumerate(zip(idx, shape)):
             self.emit(f"for {i} in range({n}):", depth + 1)
         depth = len(shape) + 1
@@ -177,7 +210,7 @@ class _Emitter:
         if node.shape == ():
             self.emit(f"v{nid} = {init}")
         else:
-            self.emit(f"v{nid} = np.full({tuple(node.shape)}, {init}, {_np_dtype(node.dtype)})")
+            self.alloc(f"v{nid}", node.shape, node.dtype, fill=init, fresh=nid in self.outputs)
 
     def reduction_step(self, node, nid, group, idx, depth):
         axes = dict(node.params)["axes"]
@@ -222,17 +255,18 @@ class _Emitter:
     def op_reshape(self, node, out, args, new_shape):
         src = self.nodes[node.operands[0]]
         if src.shape == ():
-            self.emit(f"{out} = np.full({tuple(new_shape)}, {args[0]}, {_np_dtype(node.dtype)})")
+            self.alloc(out, new_shape, node.dtype, fill=args[0], fresh=True)
         elif new_shape == ():
             self.emit(f"{out} = {args[0]}.ravel()[0]")
         else:
             self.emit(f"{out} = {args[0]}.reshape({tuple(new_shape)})")
+            self.view(out, args[0], node_id(out))
 
     def op_pad(self, node, out, args, low, high, interior):
         """Zeros with the operand scattered in: plain loops (slice assignment would make Numba
         compile its error-message machinery, seconds per process)."""
         src = self.nodes[node.operands[0]]
-        self.emit(f"{out} = np.zeros({tuple(node.shape)}, {_np_dtype(node.dtype)})")
+        self.alloc(out, node.shape, node.dtype, fill="0", fresh=node_id(out) in self.outputs)
         idx = [f"i{k}" for k in range(len(src.shape))]
         target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
         self.loops(src.shape, f"{out}[{', '.join(target)}] = {args[0]}[{', '.join(idx)}]")
@@ -257,27 +291,28 @@ class _Emitter:
         rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
         prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
         B, M, K, N = prod(lhs.shape, lb), prod(lhs.shape, lf), prod(lhs.shape, lc), prod(rhs.shape, rf)
-        dtype = _np_dtype(node.dtype)
         t = f"t{out}"
         self.arrange(f"{t}a", args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
         self.arrange(f"{t}b", args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
+        self.alloc(t, (B, M, N), node.dtype, fresh=node_id(out) in self.outputs,
+                   expiry=self.last_use.get(node_id(out), self.now))
         if B * M * N * K >= BLAS_THRESHOLD and blas_available():
-            self.emit(f"{t} = np.empty(({B}, {M}, {N}), {dtype})")
             self.emit(f"for b in range({B}):")
             self.emit(f"np.dot({t}a[b], {t}b[b], {t}[b])", 2)
         else:
-            self.emit(f"{t} = _matmul({t}a, {t}b)")
+            self.emit(f"_matmul({t}a, {t}b, {t})")
         if node.shape == ():
             self.emit(f"{out} = {t}[0, 0, 0]")
         else:
             self.emit(f"{out} = {t}.reshape({tuple(node.shape)})")
+            self.view(out, t, node_id(out))
 
     def arrange(self, target, name, node, perm, shape3):
         """``target`` = the operand with axes in ``perm`` order, as a C-contiguous 3-d array;
         a permutation is copied with loops (cheaper to compile than np.ascontiguousarray)."""
         if perm != tuple(range(len(node.shape))):
             permuted = tuple(node.shape[p] for p in perm)
-            self.emit(f"{target} = np.empty({permuted}, {_np_dtype(node.dtype)})")
+            self.alloc(target, permuted, node.dtype)
             source = [None] * len(perm)
             for k, p in enumerate(perm):
                 source[p] = f"i{k}"
@@ -293,20 +328,54 @@ class _Emitter:
         self.emit(f"{out} = _cholesky({args[0]})")
 
 
+def _last_uses(graph, statements):
+    """Node id -> index of the last statement reading it (outputs live to the end). Reading an
+    index map may gather from its source again (see ``_Emitter.read``), so that reads the
+    source too."""
+    last = {}
+
+    def mark(o, k):
+        last[o] = k
+        if graph.nodes[o].op in INDEX_MAPS:
+            for source in graph.nodes[o].operands:
+                mark(source, k)
+
+    for k, stmt in enumerate(statements):
+        for nid in stmt.members if isinstance(stmt, Group) else (stmt.nid,):
+            for o in graph.nodes[nid].operands:
+                mark(o, k)
+    for o in graph.outputs:
+        last[o] = len(statements)
+    return last
+
+
+def node_id(var):
+    """The node id of a value variable ``v12``."""
+    return int(var[1:])
+
+
 def generate(graph):
-    """Returns ``(body_source, constants)``: the entry function's source and the constant
-    arrays to pass after the inputs."""
+    """Returns ``(body_source, constants, workspace)``: the entry function's source, the
+    constant arrays to pass after the inputs, and the scratch buffers to pass after those
+    (``{dtype name: elements}``, in that order)."""
     e = _Emitter(graph)
     for k, nid in enumerate(graph.inputs):
         node = graph.nodes[nid]
         e.emit(f"v{nid} = a{k}[()]" if node.shape == () else f"v{nid} = a{k}")
-    for stmt in schedule(graph):
+    statements = schedule(graph)
+    e.last_use = _last_uses(graph, statements)
+    for k, stmt in enumerate(statements):
+        e.now = k
         if isinstance(stmt, Group):
             e.group(stmt)
         else:
             e.single(stmt.nid)
-    outs = ", ".join(f"v{o}" for o in graph.outputs)
+        e.plan.release(k)
+    # what the caller receives must not live in the scratch buffers the next call reuses
+    outs = ", ".join(f"v{o}.copy()" if f"v{o}" in e.root else f"v{o}" for o in graph.outputs)
     e.emit(f"return ({outs},)")
+    workspace = dict(sorted(e.plan.size.items()))
     params = [f"a{k}" for k in range(len(graph.inputs))] + [f"c{k}" for k in range(len(e.constants))]
+    params += [f"w_{name}" for name in workspace]
     head = f"def {FUNCTION_NAME}({', '.join(params)}):"
-    return "\n".join([head] + e.lines) + "\n", e.constants
+    return "\n".join([head] + e.lines) + "\n", e.constants, workspace

@@ -81,14 +81,14 @@ __all__ = [name for name in dir() if name.startswith("_") and not name.startswit
 # -- linear algebra without LAPACK (SciPy stays optional); NaN results on failure, as the
 #    reference interpreter gives --------------------------------------------------------------
 
-@numba.njit(error_model="numpy", cache=True, fastmath={"contract"})
-def _matmul(a, b):
-    """Batched (B, M, K) x (B, K, N) products without BLAS. Four output rows at a time share
-    each load of a row of ``b``; the inner loop runs along contiguous rows, so LLVM vectorises
-    it (fused multiply-adds allowed; no reassociation, so no reduction is reordered)."""
+@numba.njit(error_model="numpy", cache=True)
+def _matmul(a, b, out):
+    """``out`` = batched (B, M, K) x (B, K, N) products without BLAS. Four output rows at a
+    time share each load of a row of ``b``; the inner loop runs along contiguous rows, so LLVM
+    vectorises it. Every element is summed over k in order, exactly like a plain dot."""
     batch, rows, inner = a.shape
     cols = b.shape[2]
-    out = np.zeros((batch, rows, cols), a.dtype)
+    out.fill(0)
     for i in range(batch):
         ai = a[i]
         bi = b[i]
@@ -113,7 +113,6 @@ def _matmul(a, b):
                 bk = bi[k]
                 for n in range(cols):
                     row[n] += s * bk[n]
-    return out
 
 
 @numba.njit(error_model="numpy", cache=True)
