@@ -40,7 +40,7 @@ def _signature(graph, constants, workspace):
     args = [array(graph.nodes[i].dtype.name, len(graph.nodes[i].shape), True) for i in graph.inputs]
     args += [array({"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]], c.ndim, True)
              for c in constants]
-    args += [array(name, 1, False) for name in workspace]
+    args += [array(dtype, len(shape), False) for _, dtype, _, shape in workspace[1]]
     return tuple(args)
 
 
@@ -72,9 +72,8 @@ class NumbaExecutable:
         namespace = {"fn": function, "array": np.array, "float64": np.float64,
                      "float32": np.float32, "bool": np.bool_, "pool": [], "scratch": self._scratch}
         namespace.update({f"c{k}": c for k, c in enumerate(constants)})
-        self._workspace = [(size, np.dtype(np.bool_ if name == "bool" else name))
-                           for name, size in workspace.items()]
-        if workspace:
+        self._workspace = workspace
+        if workspace[1]:
             call = (f"    w = pool.pop() if pool else scratch()\n"
                     f"    try:\n        r = fn({', '.join(args)}, *w)\n"
                     f"    finally:\n        pool.append(w)\n")
@@ -84,7 +83,14 @@ class NumbaExecutable:
         self.run = namespace["run"]
 
     def _scratch(self):
-        return tuple(np.empty(max(size, 1), dtype) for size, dtype in self._workspace)
+        """One scratch buffer per dtype, and the views of it that the entry takes."""
+        sizes, slots = self._workspace
+        buffers = {name: np.empty(size, np.bool_ if name == "bool" else name)
+                   for name, size in sizes.items()}
+        return tuple(
+            buffers[name][start:start + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+            for _, name, start, shape in slots
+        )
 
     def __call__(self, *args):
         return self.run(*args)

@@ -64,6 +64,7 @@ class _Emitter:
         self.constants = []  # non-scalar constant arrays, passed as trailing arguments
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
         self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
+        self.slots = []      # (variable, dtype name, offset, shape) of each scratch view
         self.root = {}       # variable in the scratch buffers -> the variable owning its slot
         self.now = 0         # index of the statement being emitted
         self.last_use = {}   # node id -> index of the last statement that reads it
@@ -93,7 +94,7 @@ class _Emitter:
         if expiry is None:
             expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
         start = self.plan.take(var, dtype.name, size, expiry)
-        self.emit(f"{var} = w_{dtype.name}[{start}:{start + size}].reshape({shape})")
+        self.slots.append((var, dtype.name, start, shape))  # a view the wrapper passes in
         if fill is not None:
             self.emit(f"{var}.fill({fill})")
         self.root[var] = var
@@ -356,8 +357,9 @@ def node_id(var):
 
 def generate(graph):
     """Returns ``(body_source, constants, workspace)``: the entry function's source, the
-    constant arrays to pass after the inputs, and the scratch buffers to pass after those
-    (``{dtype name: elements}``, in that order)."""
+    constant arrays to pass after the inputs, and the scratch plan: ``({dtype name: elements},
+    slots)``, each slot ``(variable, dtype name, offset, shape)`` a view of the scratch buffer of
+    its dtype, passed after the constants in that order."""
     e = _Emitter(graph)
     for k, nid in enumerate(graph.inputs):
         node = graph.nodes[nid]
@@ -374,8 +376,8 @@ def generate(graph):
     # what the caller receives must not live in the scratch buffers the next call reuses
     outs = ", ".join(f"v{o}.copy()" if f"v{o}" in e.root else f"v{o}" for o in graph.outputs)
     e.emit(f"return ({outs},)")
-    workspace = dict(sorted(e.plan.size.items()))
+    workspace = (dict(e.plan.size), tuple(e.slots))
     params = [f"a{k}" for k in range(len(graph.inputs))] + [f"c{k}" for k in range(len(e.constants))]
-    params += [f"w_{name}" for name in workspace]
+    params += [var for var, _, _, _ in e.slots]
     head = f"def {FUNCTION_NAME}({', '.join(params)}):"
     return "\n".join([head] + e.lines) + "\n", e.constants, workspace
