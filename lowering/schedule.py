@@ -1,7 +1,7 @@
 """Scheduling: group a graph into statements for the loop-nest back ends (Numba CPU, CUDA).
 
 Elementwise nodes of one shape, the index maps that read materialised arrays (broadcast,
-transpose, slice), and the reductions consuming them are fused into one loop nest (a
+transpose, slice, rev), and the reductions consuming them are fused into one loop nest (a
 ``Group``); everything else is a ``Single`` statement on materialised values, placed as early
 as its inputs allow. A node joins the latest group of its shape when all its inputs are ready
 before that group runs, so fusion never reorders a dependency. A member needs a buffer only if
@@ -12,7 +12,7 @@ from quabla.core.primitives import PRIMITIVES
 
 __all__ = ["Group", "Single", "schedule", "INDEX_MAPS", "REDUCTIONS"]
 
-INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice"})
+INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"})
 
 

@@ -423,7 +423,7 @@ def getitem(x, index):
         index = index[:at] + (slice(None),) * (x.ndim - used) + index[at + 1:]
     else:
         index = index + (slice(None),) * (x.ndim - used)
-    starts, limits, strides, out_shape = [], [], [], []
+    starts, limits, strides, out_shape, reversed_axes = [], [], [], [], []
     dim = 0
     for item in index:
         if item is None:
@@ -432,11 +432,12 @@ def getitem(x, index):
         n = x.shape[dim]
         if isinstance(item, slice):
             start, stop, step = item.indices(n)
-            if step < 0:
-                raise IndexError("negative slice steps are not supported")
-            count = builtins.max(0, -(-(stop - start) // step))
+            count = len(range(start, stop, step))
             if count == 0:
                 raise IndexError("the slice selects no elements (zero-extent arrays are unsupported)")
+            if step < 0:  # a positive slice of the reversed axis
+                reversed_axes.append(dim)
+                start, step = n - 1 - start, -step
             starts.append(start)
             limits.append(start + (count - 1) * step + 1)
             strides.append(step)
@@ -450,9 +451,9 @@ def getitem(x, index):
             limits.append(i + 1)
             strides.append(1)
         dim += 1
-    y = x
+    y = bind("rev", x, dimensions=tuple(reversed_axes)) if reversed_axes else x
     if starts != [0] * x.ndim or limits != list(x.shape) or builtins.any(s != 1 for s in strides):
-        y = bind("slice", x, start_indices=tuple(starts), limit_indices=tuple(limits),
+        y = bind("slice", y, start_indices=tuple(starts), limit_indices=tuple(limits),
                  strides=tuple(strides))
     return reshape(y, tuple(out_shape))
 

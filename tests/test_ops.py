@@ -528,15 +528,13 @@ def test_basic_indices_match_numpy(data):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
     index = data.draw(hnp.basic_indices(shape, allow_newaxis=True))
     x = np.arange(float(np.prod(shape))).reshape(shape)
-    items = index if isinstance(index, tuple) else (index,)
-    assume(builtins.all(not isinstance(i, slice) or (i.step or 1) > 0 for i in items))
     assume(x[index].size > 0)
     check(qb.array(x)[index], x[index], qb.float64, exact=True)
 
 
 @pytest.mark.parametrize("index, exc", [
     (3, IndexError), (-4, IndexError), ((0, 0, 0, 0), IndexError), ((Ellipsis, Ellipsis), IndexError),
-    (slice(5, None), IndexError), (slice(None, None, -1), IndexError),
+    (slice(5, None), IndexError), (slice(3, 0), IndexError),
     (qb.array(0.0), TypeError), ([0, 1], TypeError), (np.array([0]), TypeError), (True, TypeError),
 ])
 def test_indexing_errors(index, exc):

@@ -134,6 +134,10 @@ CASES = {
         Case(lambda x: x[..., 1], _args(_u((2, 3))), "index"),
     ],
     "pad": [Case(_pad_via_slice_vjp, _args(_u((2, 3))))],
+    "rev": [
+        Case(lambda x: x[::-1, ::-2] * x[1, 0], _args(_u((3, 5)))),
+        Case(lambda x: x[..., ::-1], _args(_u((2, 3))), "last axis"),
+    ],
     "concatenate": [
         Case(lambda x, y: qb.concat([x, y], axis=1), _args(_u((2, 3)), _u((2, 2)))),
         Case(lambda x, y: qb.stack([x, y]), _args(_u((3,)), _u((3,))), "stack"),

@@ -141,6 +141,10 @@ class _Emitter:
             sidx = [None] * len(perm)
             for k, p in enumerate(perm):
                 sidx[p] = idx[k]
+        elif node.op == "rev":
+            flipped = params["dimensions"]
+            sidx = [f"{n - 1} - {i}" if d in flipped else i
+                    for d, (i, n) in enumerate(zip(idx, src.shape))]
         else:  # slice
             sidx = [
                 f"{s} + {st} * {i}" if st != 1 else (f"{s} + {i}" if s else i)

@@ -159,6 +159,12 @@ def _identity(s, op, operands, node):
                 return inner.operands[0]
             return s.emit("transpose", inner.operands, (("permutation", composed),),
                           node.shape, node.dtype, node.weak)
+    elif op == "rev":
+        inner = s.node(operands[0])
+        if not kw["dimensions"]:
+            return operands[0]
+        if inner.op == "rev" and inner.kw["dimensions"] == kw["dimensions"]:
+            return inner.operands[0]
     elif op == "broadcast_in_dim":
         x = operands[0]
         inner = s.node(x)

@@ -109,6 +109,24 @@ register(Primitive(
 ))
 
 
+# -- rev ----------------------------------------------------------------------------------------
+
+def _rev_shape(x, *, dimensions):
+    if any(not 0 <= d < x.ndim for d in dimensions):
+        raise ValueError(f"rev: dimensions {dimensions} are invalid for rank {x.ndim}")
+    return tuple(x.shape), x.dtype, x._weak
+
+
+register(Primitive(
+    "rev", shape_rule=_rev_shape,
+    impl=lambda x, *, dimensions: np.flip(x, axis=dimensions),
+    jvp=_linear_jvp("rev"),
+    vjp=lambda ct, primals, out, *, dimensions: [bind("rev", ct, dimensions=dimensions)],
+    batch=lambda args, batched, size, *, dimensions: (
+        bind("rev", args[0], dimensions=tuple(d + 1 for d in dimensions)), True),
+))
+
+
 # -- slice and pad ----------------------------------------------------------------------------
 
 def _slice_shape(x, *, start_indices, limit_indices, strides):
