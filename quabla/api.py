@@ -565,7 +565,7 @@ class _Vmap(Transform):
         flags = [m is not None for m in mapped] + [False] * len(traced.captures)
         batched, out_batched = batch_graph(traced.graph, flags, size,
                                            [a is not None for a in outs_prefix])
-        for k, (flag, axis) in enumerate(zip(out_batched, outs_prefix)):
+        for flag, axis in zip(out_batched, outs_prefix):
             if axis is None and flag:
                 raise ValueError("vmap: an output with out_axes=None depends on a mapped input")
         # the staged graph takes the arguments as given: move mapped axes to the front first
@@ -592,8 +592,6 @@ class _Vmap(Transform):
                         value = ops.transpose(value, tuple(perm))
                 final.append(frame.operand(value))
             graph = frame.build(final)
-        from .core.rewrite import simplify
-
         return simplify(graph), out_tree.unflatten, traced.captures
 
 

@@ -316,9 +316,8 @@ class Staged:
         from .lowered import Lowered
 
         leaves, treedef = tree.flatten(args)
-        diff = self.transform.differentiated(treedef)
-        parts, dynamic, traced = _signature(leaves, diff)
-        graph, assemble, captures = self._stage(treedef, parts, leaves)
+        parts, _, _ = _signature(leaves, self.transform.differentiated(treedef))
+        graph, _, _ = self._stage(treedef, parts, leaves)
         return Lowered(graph, self.device, self.name)
 
     def describe(self, treedef, parts):
