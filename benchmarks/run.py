@@ -146,6 +146,8 @@ def _spawn(impl, problem, phase, cache_dir, timeout):
     env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
     env["BENCH_JAX_CACHE_DIR"] = os.path.join(cache_dir, "jax")
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    # start-up is measured as an installed library runs: with its bytecode cached
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, problem, phase]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

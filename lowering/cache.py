@@ -1,14 +1,13 @@
 """The on-disk compile cache.
 
-Generated sources live in a private directory (mode 0700; ``QUABLA_CACHE_DIR`` overrides the
-default under the user's cache directory), one file per key: a hash of the generated source
-(which encodes the canonical graph and argument types), the versions of Quabla, Numba,
-llvmlite, NumPy and Python, and a digest of the runtime helpers the code links in. Numba's
-``cache=True`` stores the machine code beside it, so a second process loads instead of
-compiling. Every entry is verified before use: the source file
-must equal the regenerated source, and Numba's cache files must match the SHA-256 digests
-recorded in our manifest when they were written; anything else is deleted and recompiled, never
-executed.
+Entries live in a private directory (mode 0700; ``QUABLA_CACHE_DIR`` overrides the default
+under the user's cache directory), named by a key: a hash of the generated source (which
+encodes the canonical graph and argument types), the versions of Quabla, Numba, llvmlite,
+NumPy and Python, the object layouts compiled code assumes, and a digest of the runtime helpers
+the code links in. An entry is the generated source, the entry's object code, and a manifest
+with the object's SHA-256 digest, symbol and external symbols. Every entry is verified before
+use: a source that differs from the regenerated one is replaced, an object that does not match
+its manifest is deleted and recompiled, never executed.
 """
 
 import hashlib
@@ -20,27 +19,39 @@ import sys
 import tempfile
 import warnings
 
-__all__ = ["cache_dir", "entry_key", "write_source", "verify_numba_files", "record_numba_files"]
+__all__ = ["cache_dir", "entry_key", "write_source", "read_object", "write_object"]
 
 _DIR = None
 
 
+def _numba_version():
+    """Read from Numba's version file, without importing Numba (a warm process never pays for
+    that) or ``importlib.metadata`` (~40 ms)."""
+    import importlib.util
+
+    folder = os.path.dirname(importlib.util.find_spec("numba").origin)
+    spec = importlib.util.spec_from_file_location("quabla._numba_version",
+                                                  os.path.join(folder, "_version.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_versions()["version"]
+
+
 def _versions():
     import llvmlite
-    import numba
     import numpy
 
     from quabla import __version__
 
-    from .numba_cpu import runtime
+    from .native import abi_tag
 
     # the generated code links the runtime helpers into its machine code: a change to them
     # must not reuse entries compiled against the old ones
-    with open(runtime.__file__, "rb") as f:
+    with open(os.path.join(os.path.dirname(__file__), "numba_cpu", "runtime.py"), "rb") as f:
         helpers = hashlib.sha256(f.read()).hexdigest()[:16]
-    return f"quabla={__version__};numba={numba.__version__};llvmlite={llvmlite.__version__};" \
+    return f"quabla={__version__};numba={_numba_version()};llvmlite={llvmlite.__version__};" \
            f"numpy={numpy.__version__};python={sys.version.split()[0]};{platform.machine()};" \
-           f"runtime={helpers}"
+           f"{abi_tag()};runtime={helpers}"
 
 
 def _is_private(path):
@@ -100,61 +111,49 @@ def write_source(name, source):
         os.remove(_manifest_path(name))
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(source)
-    os.replace(tmp, path)
+    _replace(path, source.encode("utf-8"))
     return path
 
 
+def _path(name, suffix):
+    return os.path.join(cache_dir(), name + suffix)
+
+
 def _manifest_path(name):
-    return os.path.join(cache_dir(), name + ".manifest.json")
+    return _path(name, ".manifest.json")
 
 
-def _numba_files(name, folder):
+def _replace(path, data):
+    """Write ``data`` (bytes) to ``path`` atomically."""
+    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_object(name):
+    """``(object code, manifest)`` of entry ``name`` if both are there and the code matches
+    the digest recorded when it was written; otherwise None, and whatever was there is gone."""
     try:
-        return sorted(
-            os.path.join(folder, f) for f in os.listdir(folder)
-            if f.startswith(name + ".") and f.endswith((".nbi", ".nbc"))
-        )
-    except OSError:
-        return []
-
-
-def _digest(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _remove_numba_files(name, folder):
-    for path in _numba_files(name, folder) + [_manifest_path(name)]:
+        with open(_manifest_path(name), encoding="utf-8") as f:
+            manifest = json.load(f)
+        with open(_path(name, ".o"), "rb") as f:
+            code = f.read()
+        if (isinstance(manifest, dict) and manifest.get("sha256") == hashlib.sha256(code).hexdigest()
+                and isinstance(manifest.get("entry"), str) and isinstance(manifest.get("symbols"), list)):
+            return code, manifest
+    except (OSError, ValueError):
+        pass
+    for path in (_path(name, ".o"), _manifest_path(name)):
         try:
             os.remove(path)
         except OSError:
             pass
+    return None
 
 
-def verify_numba_files(name, folder):
-    """True if Numba's cache files for ``name`` (in ``folder``, where Numba keeps them) are
-    exactly those we recorded; otherwise they are removed (so Numba compiles afresh) and False
-    is returned."""
-    files = _numba_files(name, folder)
-    if not files:
-        return False
-    try:
-        with open(_manifest_path(name), encoding="utf-8") as f:
-            recorded = json.load(f)
-        ok = recorded == {os.path.basename(p): _digest(p) for p in files}
-    except (OSError, ValueError):
-        ok = False
-    if not ok:
-        _remove_numba_files(name, folder)
-    return ok
-
-
-def record_numba_files(name, folder):
-    manifest = {os.path.basename(p): _digest(p) for p in _numba_files(name, folder)}
-    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(manifest, f)
-    os.replace(tmp, _manifest_path(name))
+def write_object(name, code, manifest):
+    """Store entry ``name``'s object code, then the manifest that vouches for it."""
+    _replace(_path(name, ".o"), code)
+    manifest = dict(manifest, sha256=hashlib.sha256(code).hexdigest())
+    _replace(_manifest_path(name), json.dumps(manifest).encode())

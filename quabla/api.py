@@ -55,9 +55,8 @@ class _Jit(Transform):
     def name(self, inner):
         return f"jit({inner})"
 
-    def stage(self, fun, treedef, template):
-        traced = trace_function(fun, treedef, template, _function_name(fun))
-        return simplify(traced.graph), traced.out_tree.unflatten, traced.captures
+    def stage(self, traced, treedef, template):
+        return simplify(traced.graph), traced.out_tree.unflatten
 
 
 class Jitted(Staged):
@@ -229,8 +228,7 @@ class _Grad(Transform):
                 )
         return frozenset(i for a in self.argnums for i in ranges[a])
 
-    def stage(self, fun, treedef, template):
-        traced = trace_function(fun, treedef, template, _function_name(fun))
+    def stage(self, traced, treedef, template):
         graph = traced.graph
         out_tree = traced.out_tree
         n_out = len(graph.outputs)
@@ -290,7 +288,7 @@ class _Grad(Transform):
                 return ((value, aux), grads) if self.with_value else (grads, aux)
             return (outs[0], grads) if self.with_value else grads
 
-        return g, assemble, traced.captures
+        return g, assemble
 
 
 def grad(fun=None, argnums=0, has_aux=False):
@@ -314,19 +312,26 @@ def _staged_grad(fun, argnums, has_aux, with_value, kind):
 
 # -- jvp ------------------------------------------------------------------------------------------
 
-class _Jvp(Transform):
+class _OverPrimals(Transform):
+    """Staged over (primals, tangents or cotangents): the function sees the primals only."""
+
+    def differentiated(self, treedef):
+        return frozenset(range(treedef.num_leaves))
+
+    def trace(self, fun, treedef, template):
+        primals_tree, _ = treedef.children()
+        return trace_function(fun, primals_tree, template[:primals_tree.num_leaves],
+                              _function_name(fun))
+
+
+class _Jvp(_OverPrimals):
     """Staged over (primals, tangents); a non-floating primal's tangent is None."""
 
     def name(self, inner):
         return f"jvp({inner})"
 
-    def differentiated(self, treedef):
-        return frozenset(range(treedef.num_leaves))
-
-    def stage(self, fun, treedef, template):
-        primals_tree, _ = treedef.children()
-        n = primals_tree.num_leaves
-        traced = trace_function(fun, primals_tree, template[:n], _function_name(fun))
+    def stage(self, traced, treedef, template):
+        n = treedef.children()[0].num_leaves
         graph = traced.graph
         n_args, n_captures = traced.n_args, len(traced.captures)
         mask = [template[k].dtype.is_floating for k in range(n) if type(template[k]) is _Aval]
@@ -341,7 +346,7 @@ class _Jvp(Transform):
         def assemble(outs):
             return out_tree.unflatten(outs[:n_out]), out_tree.unflatten(outs[n_out:])
 
-        return g.with_inputs(order), assemble, traced.captures
+        return g.with_inputs(order), assemble
 
 
 def jvp(fun, primals, tangents):
@@ -396,12 +401,11 @@ class _VjpForward(Transform):
     def differentiated(self, treedef):
         return frozenset(range(treedef.num_leaves))
 
-    def stage(self, fun, treedef, template):
-        traced = trace_function(fun, treedef, template, _function_name(fun))
-        return traced.graph, traced.out_tree.unflatten, traced.captures
+    def stage(self, traced, treedef, template):
+        return traced.graph, traced.out_tree.unflatten
 
 
-class _VjpBackward(Transform):
+class _VjpBackward(_OverPrimals):
     """Staged over (primals, cotangents): returns one cotangent tree per primal."""
 
     def __init__(self, has_aux):
@@ -410,13 +414,9 @@ class _VjpBackward(Transform):
     def name(self, inner):
         return f"vjp_fun({inner})"
 
-    def differentiated(self, treedef):
-        return frozenset(range(treedef.num_leaves))
-
-    def stage(self, fun, treedef, template):
-        primals_tree, ct_tree = treedef.children()
+    def stage(self, traced, treedef, template):
+        primals_tree, _ = treedef.children()
         n = primals_tree.num_leaves
-        traced = trace_function(fun, primals_tree, template[:n], _function_name(fun))
         graph = traced.graph
         out_tree = traced.out_tree
         n_out = len(graph.outputs)
@@ -456,7 +456,7 @@ class _VjpBackward(Transform):
             return tuple(t.unflatten([None if s is None else outs[s] for s in row])
                          for t, row in zip(arg_trees, slots))
 
-        return g, assemble, traced.captures
+        return g, assemble
 
 
 def vjp(fun, *primals, has_aux=False):
@@ -510,11 +510,12 @@ class _Vmap(Transform):
     def name(self, inner):
         return f"vmap({inner})"
 
-    def stage(self, fun, treedef, template):
-        from . import ops
-        from .core.tracing import TraceFrame, trace_frame
-        from .transforms import inline
+    def trace(self, fun, treedef, template):
+        example, _, _ = self._unmapped(treedef, template)
+        return trace_function(fun, treedef, example, _function_name(fun))
 
+    def _unmapped(self, treedef, template):
+        """The template the function sees (mapped axes removed), each leaf's axis, the size."""
         in_axes = self.in_axes
         if isinstance(in_axes, list):
             in_axes = tuple(in_axes)
@@ -554,7 +555,14 @@ class _Vmap(Transform):
             mapped.append(axis)
         if size is None:
             raise ValueError("vmap needs at least one mapped argument (in_axes are all None)")
-        traced = trace_function(fun, treedef, example, _function_name(fun))
+        return example, mapped, size
+
+    def stage(self, traced, treedef, template):
+        from . import ops
+        from .core.tracing import TraceFrame, trace_frame
+        from .transforms import inline
+
+        _, mapped, size = self._unmapped(treedef, template)
         out_tree = traced.out_tree
         out_axes = self.out_axes
         if isinstance(out_axes, list):
@@ -592,7 +600,7 @@ class _Vmap(Transform):
                         value = ops.transpose(value, tuple(perm))
                 final.append(frame.operand(value))
             graph = frame.build(final)
-        return simplify(graph), out_tree.unflatten, traced.captures
+        return simplify(graph), out_tree.unflatten
 
 
 def vmap(fun, in_axes=0, out_axes=0):

@@ -15,7 +15,7 @@ from .api import _arg_ranges, _normalize_argnums, _staged_grad
 from .array import Tensor
 from .core.rewrite import simplify
 from .core.tracing import TraceFrame, trace_frame
-from .staging import Staged, Transform, _Aval, _function_name, trace_function
+from .staging import Staged, Transform, _Aval
 from .transforms import batch_graph, inline, jvp_graph, vjp_graph
 
 __all__ = ["jacobian", "hessian"]
@@ -32,8 +32,7 @@ class _Jacobian(Transform):
         ranges, _ = _arg_ranges(treedef)
         return frozenset(i for a in self.argnums for i in ranges[a])
 
-    def stage(self, fun, treedef, template):
-        traced = trace_function(fun, treedef, template, _function_name(fun))
+    def stage(self, traced, treedef, template):
         graph = traced.graph
         ranges, arg_trees = _arg_ranges(treedef)
         input_of_leaf, k = {}, 0
@@ -81,7 +80,7 @@ class _Jacobian(Transform):
                 per_output.append(per_arg[0] if self.single else tuple(per_arg))
             return out_tree.unflatten(per_output)
 
-        return jac_graph, assemble, traced.captures
+        return jac_graph, assemble
 
 
 def _basis(sizes, index, shape, dtype):

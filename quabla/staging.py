@@ -18,7 +18,7 @@ import numpy as np
 
 from . import tree
 from .array import Array, Tensor, asarray
-from .core.tracing import TraceFrame, TraceTensor, trace_frame
+from .core.tracing import TraceFrame, TraceTensor, current_frames, trace_frame
 from .errors import RetraceWarning
 from .transforms import inline
 
@@ -141,9 +141,11 @@ def trace_function(fun, treedef, template, name="f"):
 class Transform:
     """How a transform turns the traced user function into its graph and its result.
 
-    ``stage(fun, treedef, template)`` returns ``(graph, assemble, captures)``: a graph whose
-    inputs are the dynamic leaves followed by capture inputs, a function that builds the
-    user-visible result from the graph's outputs, and the captured outer tracers.
+    ``trace(fun, treedef, template)`` traces the function (a ``Traced``); ``stage(traced,
+    treedef, template)`` transforms it into ``(graph, assemble)``: a graph whose inputs are the
+    dynamic leaves followed by one capture input per ``traced.captures``, in that order, and a
+    function that builds the user-visible result from the graph's outputs. The two are separate
+    so that a closure over tracers can be traced again, cheaply, to find its captures.
     ``differentiated(treedef)`` names the leaves where Python scalars become float64 arrays.
     """
 
@@ -153,7 +155,10 @@ class Transform:
     def differentiated(self, treedef):
         return frozenset()
 
-    def stage(self, fun, treedef, template):
+    def trace(self, fun, treedef, template):
+        return trace_function(fun, treedef, template, _function_name(fun))
+
+    def stage(self, traced, treedef, template):
         raise NotImplementedError
 
 
@@ -170,6 +175,16 @@ class _Entry:
 _SHARED = weakref.WeakKeyDictionary()  # root function -> {transform chain: caches}
 
 
+def _new_caches():
+    """Programs, the all-Tensor fast path, inline graphs, differentiated leaves, and the
+    signatures whose staging captured tracers (they are probed on every call)."""
+    return OrderedDict(), {}, OrderedDict(), {}, OrderedDict()
+
+
+def _avals(tracers):
+    return tuple((tuple(t.shape), t.dtype) for t in tracers)
+
+
 def _shared_caches(root, chain):
     """The caches of every ``Staged`` with this root function and transform chain, so that
     ``grad(f)`` re-created in a loop reuses the traces of ``f`` ("S2 as landed"). The root is
@@ -184,7 +199,7 @@ def _shared_caches(root, chain):
     except TypeError:  # an unhashable config, or a callable without weak references
         return None
     if caches is None:
-        caches = table[chain] = (OrderedDict(), {}, OrderedDict(), {})
+        caches = table[chain] = _new_caches()
     return caches
 
 
@@ -210,11 +225,9 @@ class Staged:
         inner = base.chain if isinstance(base, Staged) else ()
         self.root = base.root if isinstance(base, Staged) else base
         self.chain = None if config is None or inner is None else inner + (config,)
-        caches = _shared_caches(self.root, self.chain)
-        if caches is None:
-            caches = (OrderedDict(), {}, OrderedDict(), {})
+        caches = _shared_caches(self.root, self.chain) or _new_caches()
         # the fast path maps the signature of an all-Tensor argument list to its entry
-        self._cache, self._flat, self._inline_cache, self._diff = caches
+        self._cache, self._flat, self._inline_cache, self._diff, self._probes = caches
         self.__wrapped__ = fun
         self.__doc__ = getattr(fun, "__doc__", None)
 
@@ -260,29 +273,26 @@ class Staged:
             for part, leaf in zip(parts, leaves)
         ]
 
-    def _stage(self, treedef, parts, leaves):
+    def _stage(self, treedef, parts, leaves, traced=None):
+        """Trace (unless a probe just did) and transform: ``(graph, assemble, captures)``."""
         start = time.perf_counter()
-        graph, assemble, captures = self.transform.stage(self.fun, treedef, self._template(parts, leaves))
+        template = self._template(parts, leaves)
+        if traced is None:
+            traced = self.transform.trace(self.fun, treedef, template)
+        graph, assemble = self.transform.stage(traced, treedef, template)
         if logger.isEnabledFor(logging.INFO):
             logger.info("traced %s for %s in %.1f ms (%d ops)", self.name,
                         self.describe(treedef, parts), 1e3 * (time.perf_counter() - start),
                         graph.node_count())
-        return graph, assemble, captures
+        return graph, assemble, traced.captures
 
     def _miss(self, key, treedef, parts, leaves, dynamic, traced, args):
-        if traced:
-            cached = self._inline_cache.get(key)
-            if cached is None:
-                graph, assemble, captures = self._stage(treedef, parts, leaves)
-                if not captures:
-                    self._remember(self._inline_cache, key, (graph, assemble), treedef, parts)
-            else:
-                graph, assemble = cached
-                captures = []
-            return assemble(inline(graph, list(dynamic) + captures))
-        graph, assemble, captures = self._stage(treedef, parts, leaves)
-        if captures:  # it closes over tracers of a trace in progress: splice it in there
-            return assemble(inline(graph, list(dynamic) + captures))
+        if traced or (key in self._probes and current_frames()):
+            return self._splice(key, treedef, parts, leaves, dynamic)
+        staged = self._stage(treedef, parts, leaves)
+        if staged[2]:  # it closes over tracers of a trace in progress: splice it in there
+            return self._splice(key, treedef, parts, leaves, dynamic, staged)
+        graph, assemble, _ = staged
         from lowering import compile as lower_compile
 
         start = time.perf_counter()
@@ -296,8 +306,38 @@ class Staged:
         outs = entry.run(*[d._value for d in dynamic])
         return assemble([_wrap(o) for o in outs])
 
+    def _splice(self, key, treedef, parts, leaves, dynamic, staged=None):
+        """Inline the staged graph into the trace in progress, staging it on a cache miss.
+
+        A graph that captured nothing is cached per signature. Once a signature's staging has
+        captured tracers, each call traces ``fun`` again without transforming it (the probe),
+        because a closure can refer to a different tracer on every call (a rebound name, a
+        mutated container); the graph is cached per signature and avals of the captures, and
+        its capture inputs bind to this call's captures in the order the probe met them, the
+        order the staging trace met them too. Cached graphs hold no tracers.
+        """
+        traced = None
+        if staged is None:
+            if key in self._probes:
+                self._probes.move_to_end(key)
+                traced = self.transform.trace(self.fun, treedef, self._template(parts, leaves))
+                key = (key, _avals(traced.captures))
+            cached = self._inline_cache.get(key)
+            if cached is not None:
+                self._inline_cache.move_to_end(key)
+                graph, assemble = cached
+                captures = traced.captures if traced is not None else []
+                return assemble(inline(graph, list(dynamic) + captures))
+            staged = self._stage(treedef, parts, leaves, traced)
+        graph, assemble, captures = staged
+        if captures and traced is None:
+            self._remember(self._probes, key, None, treedef, parts)
+            key = (key, _avals(captures))
+        self._remember(self._inline_cache, key, (graph, assemble), treedef, parts)
+        return assemble(inline(graph, list(dynamic) + captures))
+
     def _remember(self, cache, key, value, treedef, parts):
-        if len(cache) >= self.max_traces:
+        if key not in cache and len(cache) >= self.max_traces:
             old_key, _ = cache.popitem(last=False)
             if cache is self._cache:
                 self._flat.clear()

@@ -10,7 +10,7 @@ import pytest
 
 import quabla as qb
 from lowering.interpret import evaluate
-from lowering.numba_cpu import compile_graph
+from lowering.numba_cpu import compile_graph, load_cached
 from test_rules import CASES, NONDIFF_CASES
 
 TOL = {qb.float64: dict(rtol=1e-10, atol=1e-12), qb.float32: dict(rtol=2e-5, atol=2e-6)}
@@ -47,6 +47,12 @@ def test_numba_matches_interpreter(fn, make_args, dtype, differentiate):
     values = [a.numpy() for a in args]
     expected = evaluate(graph, values)
     actual = compile_graph(graph, {})(*values)
+    _assert_matches(actual, expected, dtype)
+    # as a warm process runs it: the cached object code, linked without Numba
+    _assert_matches(load_cached(graph)(*values), expected, dtype)
+
+
+def _assert_matches(actual, expected, dtype):
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         assert a.dtype == e.dtype and a.shape == e.shape
@@ -65,6 +71,8 @@ def test_large_products_match_the_interpreter():
     (expected,) = evaluate(graph, values)
     (actual,) = compile_graph(graph, {})(*values)
     np.testing.assert_allclose(actual, expected, rtol=1e-10, atol=1e-12)
+    (reloaded,) = load_cached(graph)(*values)
+    np.testing.assert_allclose(reloaded, expected, rtol=1e-10, atol=1e-12)
 
 
 def _mlp_pinn_loss(p, x):
@@ -102,5 +110,6 @@ def test_whole_programs_match_the_interpreter(fn, args):
     executable = compile_graph(graph, {})
     first = executable(*values)
     again = executable(*values)  # the second call reuses the scratch buffers of the first
-    for a, e in zip(first + again, expected + expected):
+    reloaded = load_cached(graph)(*values)
+    for a, e in zip(first + again + reloaded, expected * 3):
         np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12)

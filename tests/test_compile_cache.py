@@ -12,43 +12,33 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = textwrap.dedent("""
+    import sys
     import quabla as qb
     from lowering import cache
     f = qb.jit(lambda x: qb.sum(qb.sin(x) * x))
     print(repr(f(qb.array([0.5, 1.5, 2.5]))))
     print(cache.cache_dir())
+    print("numba imported:", "numba" in sys.modules)
 """)
 
 
 def _run(cache_dir, extra_env=None):
     env = dict(os.environ, QUABLA_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
     env.pop("QUABLA_BACKEND", None)
-    env.pop("NUMBA_CACHE_DIR", None)
-    numba_dir = _NUMBA_DIRS.get(str(cache_dir))
-    if numba_dir:
-        env["NUMBA_CACHE_DIR"] = numba_dir
     env.update(extra_env or {})
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
                          text=True, check=True)
     return out.stdout.splitlines()
 
 
-_NUMBA_DIRS = {}  # quabla cache dir -> NUMBA_CACHE_DIR used with it (when the test sets one)
+def _objects(cache_dir):
+    return sorted(glob.glob(os.path.join(cache_dir, "qb_*.o")))
 
 
-def _numba_files(cache_dir):
-    root = _NUMBA_DIRS.get(str(cache_dir), str(cache_dir))
-    return sorted(glob.glob(os.path.join(root, "**", "qb_*.nb[ic]"), recursive=True))
-
-
-@pytest.fixture(scope="module", params=["beside the source", "NUMBA_CACHE_DIR"])
-def warm(request, tmp_path_factory):
-    """A cache directory after one process compiled the program; Numba keeps its machine code
-    beside our sources, or where NUMBA_CACHE_DIR says."""
-    base = tmp_path_factory.mktemp("cache")
-    path = base / "quabla"
-    if request.param == "NUMBA_CACHE_DIR":
-        _NUMBA_DIRS[str(path)] = str(base / "numba")
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A cache directory after one process compiled the program."""
+    path = tmp_path_factory.mktemp("cache") / "quabla"
     first = _run(path)
     return path, first
 
@@ -56,33 +46,37 @@ def warm(request, tmp_path_factory):
 def test_private_directory_and_entries(warm):
     path, first = warm
     assert first[0] == "Tensor(3.23213561, dtype=float64)"
+    assert first[2] == "numba imported: True"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     assert glob.glob(os.path.join(path, "qb_*.py"))
-    assert _numba_files(path), "numba wrote no machine code"
+    assert _objects(path), "no machine code was stored"
     assert glob.glob(os.path.join(path, "qb_*.manifest.json"))
 
 
-def test_second_process_loads_machine_code(warm):
+def test_second_process_loads_machine_code_without_numba(warm):
     path, first = warm
-    before = {p: os.stat(p).st_mtime_ns for p in _numba_files(path)}
+    before = {p: os.stat(p).st_mtime_ns for p in _objects(path)}
     second = _run(path)
     assert second[0] == first[0]
-    after = {p: os.stat(p).st_mtime_ns for p in _numba_files(path)}
+    assert second[2] == "numba imported: False"
+    after = {p: os.stat(p).st_mtime_ns for p in _objects(path)}
     assert after == before, "the second process recompiled instead of loading"
 
 
-def test_corrupted_machine_code_is_recompiled_not_run(warm):
+@pytest.mark.parametrize("target", [".o", ".manifest.json"])
+def test_corrupted_entry_is_recompiled_not_run(warm, target):
     path, first = warm
-    for p in _numba_files(path):
-        if p.endswith(".nbc"):
-            with open(p, "r+b") as f:
-                f.seek(0)
-                f.write(b"\x00planted\x00")
+    for p in glob.glob(os.path.join(path, "qb_*" + target)):
+        with open(p, "r+b") as f:
+            f.seek(0)
+            f.write(b"\x00planted\x00")
     again = _run(path)
     assert again[0] == first[0]
-    for p in _numba_files(path):
+    assert again[2] == "numba imported: True", "the corrupted entry was not recompiled"
+    for p in _objects(path) + glob.glob(os.path.join(path, "qb_*.manifest.json")):
         with open(p, "rb") as f:
             assert b"planted" not in f.read(), "the corrupted entry was kept"
+    assert _run(path)[2] == "numba imported: False", "the recompiled entry was not stored"
 
 
 def test_planted_source_is_replaced(warm):

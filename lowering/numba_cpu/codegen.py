@@ -1,8 +1,11 @@
-"""Generates the source of one flat Numba function per graph.
+"""Generates the source of one flat Numba C entry per graph.
 
-Fused groups become loop nests, 0-d values become scalar locals, and whole-array operations
-(reshape, pad, concatenate, dot_general through BLAS, solve, cholesky) become NumPy calls that
-Numba compiles. Non-scalar constants are passed in as trailing arguments by the wrapper.
+The entry takes one tuple of arrays (see lowering/native.py): the inputs, the result arrays the
+caller allocated, the non-scalar constants and one scratch buffer per dtype, in that order, and
+views them with ``carray``. Fused groups become loop nests, 0-d values become scalar locals,
+whole-array operations become loops or runtime kernels. Nothing is allocated: every array is a
+result, a scratch slot (lowering/buffers.py) or a view of one, so the machine code needs no
+Numba runtime and loads without Numba.
 """
 
 import math
@@ -56,11 +59,25 @@ def _np_dtype(dtype):
     return {"float64": "np.float64", "float32": "np.float32", "bool": "np.bool_"}[dtype.name]
 
 
+class _Named:
+    """A dtype known by name only (constants and scratch buffers)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+_FLOAT64 = _Named("float64")
+
+
 class _Emitter:
     def __init__(self, graph):
         self.graph = graph
         self.nodes = graph.nodes
         self.lines = []
+        self.results = {}    # output node -> the index of the first result it is
+        for k, o in enumerate(graph.outputs):
+            self.results.setdefault(o, k)
+        self.result_of = {}  # variable -> index of the result array it is (a view of)
         self.constants = []  # non-scalar constant arrays, passed as trailing arguments
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
         self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
@@ -68,7 +85,6 @@ class _Emitter:
         self.root = {}       # variable in the scratch buffers -> the variable owning its slot
         self.now = 0         # index of the statement being emitted
         self.last_use = {}   # node id -> index of the last statement that reads it
-        self.outputs = set(graph.outputs)
         self.stored = set()  # group members that have a buffer
         self.consumers = {}
         for nid, node in enumerate(graph.nodes):
@@ -78,29 +94,30 @@ class _Emitter:
     def emit(self, line, depth=1):
         self.lines.append("    " * depth + line)
 
-    def alloc(self, var, shape, dtype, fill=None, fresh=False, expiry=None):
-        """``var`` = an array of ``shape``: fresh memory for what the caller receives, else a
+    def alloc(self, var, shape, dtype, fill=None, result=None, expiry=None):
+        """``var`` = an array of ``shape``: the result array of output node ``result``, else a
         slot of the scratch buffer of its dtype (see lowering/buffers.py), free again after
         statement ``expiry`` (the last reader of node ``var``; this statement for temporaries)."""
         shape = tuple(shape)
-        if fresh:
-            init = "np.empty" if fill is None else "np.zeros" if fill == "0" else None
-            if init:
-                self.emit(f"{var} = {init}({shape}, {_np_dtype(dtype)})")
-            else:
-                self.emit(f"{var} = np.full({shape}, {fill}, {_np_dtype(dtype)})")
-            return
-        size = int(np.prod(shape, dtype=np.int64))
-        if expiry is None:
-            expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
-        start = self.plan.take(var, dtype.name, size, expiry)
-        self.slots.append((var, dtype.name, start, shape))  # a view the wrapper passes in
+        k = self.results.get(result)
+        if k is not None and self.nodes[result].shape != ():
+            same = shape == tuple(self.nodes[result].shape)
+            self.emit(f"{var} = r{k}" if same else f"{var} = {reshaped(f'r{k}', shape)}")
+            self.result_of[var] = k
+        else:
+            size = int(np.prod(shape, dtype=np.int64))
+            if expiry is None:
+                expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
+            start = self.plan.take(var, dtype.name, size, expiry)
+            self.slots.append((var, dtype.name, start, shape))  # viewed in the prologue
+            self.root[var] = var
         if fill is not None:
             self.emit(f"{var}.fill({fill})")
-        self.root[var] = var
 
     def view(self, var, of, nid):
         """``var`` (node ``nid``) is a view of ``of``: it keeps the slot of ``of`` alive."""
+        if of in self.result_of:
+            self.result_of[var] = self.result_of[of]
         if of in self.root:
             self.root[var] = self.root[of]
             self.plan.extend(self.root[of], self.last_use.get(nid, self.now))
@@ -162,7 +179,7 @@ class _Emitter:
             if node.op in REDUCTIONS:
                 self.reduction_init(node, m)
             elif m in group.materialized:
-                self.alloc(f"v{m}", shape, node.dtype, fresh=m in self.outputs)
+                self.alloc(f"v{m}", shape, node.dtype, result=m)
         for depth, (i, n) in enumerate(zip(idx, shape)):
             self.emit(f"for {i} in range({n}):", depth + 1)
         depth = len(shape) + 1
@@ -215,7 +232,7 @@ class _Emitter:
         if node.shape == ():
             self.emit(f"v{nid} = {init}")
         else:
-            self.alloc(f"v{nid}", node.shape, node.dtype, fill=init, fresh=nid in self.outputs)
+            self.alloc(f"v{nid}", node.shape, node.dtype, fill=init, result=nid)
 
     def reduction_step(self, node, nid, group, idx, depth):
         axes = dict(node.params)["axes"]
@@ -260,18 +277,18 @@ class _Emitter:
     def op_reshape(self, node, out, args, new_shape):
         src = self.nodes[node.operands[0]]
         if src.shape == ():
-            self.alloc(out, new_shape, node.dtype, fill=args[0], fresh=True)
+            self.alloc(out, new_shape, node.dtype, fill=args[0], result=node_id(out))
         elif new_shape == ():
-            self.emit(f"{out} = {args[0]}.ravel()[0]")
+            self.emit(f"{out} = {args[0]}[{', '.join('0' * len(src.shape))}]")
         else:
-            self.emit(f"{out} = {args[0]}.reshape({tuple(new_shape)})")
+            self.emit(f"{out} = {reshaped(args[0], new_shape)}")
             self.view(out, args[0], node_id(out))
 
     def op_pad(self, node, out, args, low, high, interior):
         """Zeros with the operand scattered in: plain loops (slice assignment would make Numba
         compile its error-message machinery, seconds per process)."""
         src = self.nodes[node.operands[0]]
-        self.alloc(out, node.shape, node.dtype, fill="0", fresh=node_id(out) in self.outputs)
+        self.alloc(out, node.shape, node.dtype, fill="0", result=node_id(out))
         idx = [f"i{k}" for k in range(len(src.shape))]
         target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
         self.loops(src.shape, f"{out}[{', '.join(target)}] = {args[0]}[{', '.join(idx)}]")
@@ -282,7 +299,15 @@ class _Emitter:
         self.emit(statement, len(shape) + 1)
 
     def op_concatenate(self, node, out, args, axis):
-        self.emit(f"{out} = np.concatenate(({', '.join(args)},), axis={axis})")
+        self.alloc(out, node.shape, node.dtype, result=node_id(out))
+        offset = 0
+        for name, o in zip(args, node.operands):
+            shape = self.nodes[o].shape
+            idx = [f"i{k}" for k in range(len(shape))]
+            target = list(idx)
+            target[axis] = f"{offset} + i{axis}" if offset else f"i{axis}"
+            self.loops(shape, f"{out}[{', '.join(target)}] = {name}[{', '.join(idx)}]")
+            offset += shape[axis]
 
     def op_dot_general(self, node, out, args, dimension_numbers):
         """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
@@ -299,7 +324,7 @@ class _Emitter:
         t = f"t{out}"
         self.arrange(f"{t}a", args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
         self.arrange(f"{t}b", args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
-        self.alloc(t, (B, M, N), node.dtype, fresh=node_id(out) in self.outputs,
+        self.alloc(t, (B, M, N), node.dtype, result=node_id(out),
                    expiry=self.last_use.get(node_id(out), self.now))
         if B * M * N * K >= BLAS_THRESHOLD and blas_available():
             self.emit(f"for b in range({B}):")
@@ -309,7 +334,7 @@ class _Emitter:
         if node.shape == ():
             self.emit(f"{out} = {t}[0, 0, 0]")
         else:
-            self.emit(f"{out} = {t}.reshape({tuple(node.shape)})")
+            self.emit(f"{out} = {reshaped(t, node.shape)}")
             self.view(out, t, node_id(out))
 
     def arrange(self, target, name, node, perm, shape3):
@@ -324,13 +349,23 @@ class _Emitter:
             idx = ", ".join(f"i{k}" for k in range(len(perm)))
             self.loops(permuted, f"{target}[{idx}] = {name}[{', '.join(source)}]")
             name = target
-        self.emit(f"{target} = {name}.reshape({shape3})")
+        self.emit(f"{target} = {reshaped(name, shape3)}")
 
     def op_solve(self, node, out, args):
-        self.emit(f"{out} = _solve({args[0]}, {args[1]})")
+        n = node.shape[0]
+        columns = (n, int(np.prod(node.shape[1:], dtype=np.int64)))
+        self.alloc(out, node.shape, node.dtype, result=node_id(out))
+        lu, x = f"t{out}lu", f"t{out}x"
+        self.alloc(lu, (n, n), _FLOAT64)
+        self.alloc(x, columns, _FLOAT64)
+        b, result = reshaped(args[1], columns), reshaped(out, columns)
+        self.emit(f"_solve({args[0]}, {b}, {result}, {lu}, {x})")
 
     def op_cholesky(self, node, out, args):
-        self.emit(f"{out} = _cholesky({args[0]})")
+        self.alloc(out, node.shape, node.dtype, result=node_id(out))
+        low = f"t{out}low"
+        self.alloc(low, node.shape, _FLOAT64)
+        self.emit(f"_cholesky({args[0]}, {out}, {low})")
 
 
 def _last_uses(graph, statements):
@@ -359,15 +394,22 @@ def node_id(var):
     return int(var[1:])
 
 
+def reshaped(var, shape):
+    """A view of the C-contiguous array ``var`` with ``shape`` (no Numba reshape: its error
+    path needs Numba's runtime)."""
+    return f"carray(_data({var}), {tuple(shape)})"
+
+
+def _argument(k, dtype, shape, start=0):
+    pointer = f"_arg(args, {k}, {start}, {_np_dtype(dtype)})"
+    return f"carray({pointer}, {tuple(shape) or (1,)})"
+
+
 def generate(graph):
-    """Returns ``(body_source, constants, workspace)``: the entry function's source, the
-    constant arrays to pass after the inputs, and the scratch plan: ``({dtype name: elements},
-    slots)``, each slot ``(variable, dtype name, offset, shape)`` a view of the scratch buffer of
-    its dtype, passed after the constants in that order."""
+    """Returns ``(body_source, constants, buffers)``: the entry function's source, the constant
+    arrays and the scratch buffers (``(dtype name, elements)`` each) that follow the inputs and
+    results in its argument tuple."""
     e = _Emitter(graph)
-    for k, nid in enumerate(graph.inputs):
-        node = graph.nodes[nid]
-        e.emit(f"v{nid} = a{k}[()]" if node.shape == () else f"v{nid} = a{k}")
     statements = schedule(graph)
     e.last_use = _last_uses(graph, statements)
     for k, stmt in enumerate(statements):
@@ -377,11 +419,31 @@ def generate(graph):
         else:
             e.single(stmt.nid)
         e.plan.release(k)
-    # what the caller receives must not live in the scratch buffers the next call reuses
-    outs = ", ".join(f"v{o}.copy()" if f"v{o}" in e.root else f"v{o}" for o in graph.outputs)
-    e.emit(f"return ({outs},)")
-    workspace = (dict(e.plan.size), tuple(e.slots))
-    params = [f"a{k}" for k in range(len(graph.inputs))] + [f"c{k}" for k in range(len(e.constants))]
-    params += [var for var, _, _, _ in e.slots]
-    head = f"def {FUNCTION_NAME}({', '.join(params)}):"
-    return "\n".join([head] + e.lines) + "\n", e.constants, workspace
+    nodes = graph.nodes
+    n_in, n_out = len(graph.inputs), len(graph.outputs)
+    for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
+        node, var = nodes[o], f"v{o}"
+        if node.shape == ():
+            e.emit(f"{_argument(n_in + k, node.dtype, ())}[0] = {var}")
+        elif e.result_of.get(var) != k:
+            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
+            e.loops(node.shape, f"r{k}[{idx}] = {var}[{idx}]")
+    prologue = []
+    for k, nid in enumerate(graph.inputs):
+        node = nodes[nid]
+        suffix = "[0]" if node.shape == () else ""
+        prologue.append(f"v{nid} = {_argument(k, node.dtype, node.shape)}{suffix}")
+    for k, o in enumerate(graph.outputs):
+        if nodes[o].shape != ():
+            prologue.append(f"r{k} = {_argument(n_in + k, nodes[o].dtype, nodes[o].shape)}")
+    first = n_in + n_out
+    for k, c in enumerate(e.constants):
+        dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
+        prologue.append(f"c{k} = {_argument(first + k, _Named(dtype), c.shape)}")
+    names = sorted(e.plan.size)
+    first += len(e.constants)
+    for var, name, start, shape in e.slots:
+        prologue.append(f"{var} = {_argument(first + names.index(name), _Named(name), shape, start)}")
+    head = f"def {FUNCTION_NAME}(args):"
+    body = [head] + ["    " + line for line in prologue] + e.lines
+    return "\n".join(body) + "\n", e.constants, [(name, e.plan.size[name]) for name in names]

@@ -5,8 +5,13 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from quabla.core.rules.elementwise import power_by_squaring
+
+from ..native import ARRAY_DATA, TUPLE_ITEMS
 
 _inline = numba.njit(inline="always", error_model="numpy")
 
@@ -74,12 +79,54 @@ def _cast_bool(x):
     return x != 0
 
 
+# -- arrays over raw memory (see lowering/native.py for the calling convention) ----------------
+
+def _byte_pointer():
+    return ir.IntType(8).as_pointer()
+
+
+def _field(builder, base, offset):
+    """The pointer stored ``offset`` bytes into the C struct at ``base``."""
+    slot = builder.gep(builder.bitcast(base, _byte_pointer()), [ir.Constant(ir.IntType(64), offset)])
+    return builder.load(builder.bitcast(slot, _byte_pointer().as_pointer()))
+
+
+@intrinsic
+def _arg(typingctx, args, k, start, dtype):
+    """A typed pointer to element ``start`` of the data of the array ``args[k]``, where ``args``
+    is the entry's tuple object."""
+    result = types.CPointer(dtype.instance_type)
+
+    def codegen(context, builder, sig, llargs):
+        objects, index, offset, _ = llargs
+        items = builder.gep(builder.bitcast(objects, _byte_pointer()),
+                            [ir.Constant(ir.IntType(64), TUPLE_ITEMS)])
+        item = builder.load(builder.gep(builder.bitcast(items, _byte_pointer().as_pointer()), [index]))
+        data = builder.bitcast(_field(builder, item, ARRAY_DATA), context.get_value_type(result))
+        return builder.gep(data, [offset])
+
+    return result(args, k, start, dtype), codegen
+
+
+@intrinsic
+def _data(typingctx, array):
+    """The typed pointer to the data of a (C-contiguous) array: with ``carray`` it reshapes
+    without Numba's reshape, whose error path needs its runtime."""
+    result = types.CPointer(array.dtype)
+
+    def codegen(context, builder, sig, llargs):
+        ary = context.make_array(sig.args[0])(context, builder, llargs[0])
+        return builder.bitcast(ary.data, context.get_value_type(result))
+
+    return result(array), codegen
+
+
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
-           and name not in ("_inline", "_power_by_squaring")]
+           and name not in ("_inline", "_power_by_squaring", "_byte_pointer", "_field")]
 
 
-# -- linear algebra without LAPACK (SciPy stays optional); NaN results on failure, as the
-#    reference interpreter gives --------------------------------------------------------------
+# -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and
+#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives -------------------
 
 @numba.njit(error_model="numpy", cache=True)
 def _matmul(a, b, out):
@@ -116,43 +163,52 @@ def _matmul(a, b, out):
 
 
 @numba.njit(error_model="numpy", cache=True)
-def _solve(a, b):
-    """Gaussian elimination with partial pivoting; ``b`` is a vector or a matrix."""
+def _solve(a, b, out, lu, x):
+    """``out`` = a^-1 b for ``b`` and ``out`` of shape (n, m), by Gaussian elimination with
+    partial pivoting in the float64 workspaces ``lu`` (n, n) and ``x`` (n, m)."""
     n = a.shape[0]
-    lu = a.astype(np.float64)
-    x = b.astype(np.float64).reshape((n, -1)).copy()
+    m = b.shape[1]
+    for i in range(n):
+        for j in range(n):
+            lu[i, j] = a[i, j]
+        for j in range(m):
+            x[i, j] = b[i, j]
     for k in range(n):
         pivot = k
         for i in range(k + 1, n):
             if abs(lu[i, k]) > abs(lu[pivot, k]):
                 pivot = i
         if lu[pivot, k] == 0.0:
-            return np.full(b.shape, np.nan, b.dtype)
+            out.fill(np.nan)
+            return
         if pivot != k:
             for j in range(n):
                 lu[k, j], lu[pivot, j] = lu[pivot, j], lu[k, j]
-            for j in range(x.shape[1]):
+            for j in range(m):
                 x[k, j], x[pivot, j] = x[pivot, j], x[k, j]
         for i in range(k + 1, n):
             f = lu[i, k] / lu[k, k]
             for j in range(k, n):
                 lu[i, j] -= f * lu[k, j]
-            for j in range(x.shape[1]):
+            for j in range(m):
                 x[i, j] -= f * x[k, j]
     for k in range(n - 1, -1, -1):
-        for j in range(x.shape[1]):
+        for j in range(m):
             s = x[k, j]
             for i in range(k + 1, n):
                 s -= lu[k, i] * x[i, j]
             x[k, j] = s / lu[k, k]
-    return x.reshape(b.shape).astype(b.dtype)
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = x[i, j]
 
 
 @numba.njit(error_model="numpy", cache=True)
-def _cholesky(a):
-    """The lower Cholesky factor (Cholesky-Banachiewicz); NaN if ``a`` is not positive definite."""
+def _cholesky(a, out, low):
+    """``out`` = the lower Cholesky factor of ``a`` (Cholesky-Banachiewicz in the float64
+    workspace ``low``); NaN if ``a`` is not positive definite."""
     n = a.shape[0]
-    low = np.zeros((n, n), np.float64)
+    low.fill(0.0)
     for i in range(n):
         for j in range(i + 1):
             s = np.float64(a[i, j])
@@ -160,11 +216,14 @@ def _cholesky(a):
                 s -= low[i, k] * low[j, k]
             if i == j:
                 if not s > 0.0:
-                    return np.full(a.shape, np.nan, a.dtype)
+                    out.fill(np.nan)
+                    return
                 low[i, i] = np.sqrt(s)
             else:
                 low[i, j] = s / low[j, j]
-    return low.astype(a.dtype)
+    for i in range(n):
+        for j in range(n):
+            out[i, j] = low[i, j]
 
 
 __all__ += ["_matmul", "_solve", "_cholesky"]

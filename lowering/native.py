@@ -1,0 +1,125 @@
+"""Native entries without Numba: the calling convention and the object-code loader.
+
+A compiled entry is a C function ``void entry(PyObject *args)`` whose one argument is a tuple of
+NumPy arrays (inputs, results, constants, scratch buffers). It reads each array's data pointer
+straight from the array object, so a call through ``ctypes`` costs one tuple and one foreign
+call, with no per-array conversion. Its machine code is an object file that llvmlite's MCJIT
+links into this process, so a process that finds the object in the compile cache runs it
+without importing Numba (whose import and dispatcher start-up dominate a warm first call).
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+__all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function"]
+
+
+def _offset(obj, target):
+    """The byte offset in ``obj``'s C struct of the pointer-sized field holding ``target``."""
+    for offset in range(8, 128, ctypes.sizeof(ctypes.c_void_p)):
+        if ctypes.c_void_p.from_address(id(obj) + offset).value == target:
+            return offset
+    raise RuntimeError("quabla: cannot locate the field in this Python/NumPy build")
+
+
+_probe = np.empty(3)
+ARRAY_DATA = _offset(_probe, _probe.ctypes.data)       # PyArrayObject.data
+TUPLE_ITEMS = _offset((_probe, None), id(_probe))     # PyTupleObject.ob_item[0]
+del _probe
+
+
+def abi_tag():
+    """What compiled code assumes about object layouts (part of the compile-cache key)."""
+    return f"array_data={ARRAY_DATA};tuple_items={TUPLE_ITEMS}"
+
+
+def entry_function(address):
+    """A ctypes callable for the entry at ``address``; it releases the GIL while it runs."""
+    return ctypes.CFUNCTYPE(None, ctypes.py_object)(address)
+
+
+class LoadError(Exception):
+    """A cached object cannot be linked here (an unknown symbol): compile it afresh instead."""
+
+
+_llvm = None
+_helpers = None  # Numba's C helpers by symbol
+
+
+def _binding():
+    global _llvm
+    if _llvm is None:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _llvm = llvm
+    return _llvm
+
+
+def _numba_helpers():
+    """Numba's C helpers (``numba_gil_ensure``, ...) by symbol, from its ``_helperlib``
+    extension loaded on its own: importing the ``numba`` package costs ~0.3 s."""
+    global _helpers
+    if _helpers is None:
+        import importlib.machinery
+        import importlib.util
+
+        spec = importlib.util.find_spec("numba")
+        folder = os.path.dirname(spec.origin)
+        (path,) = [os.path.join(folder, f) for f in os.listdir(folder)
+                   if f.startswith("_helperlib.") and f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))]
+        import sys
+
+        module = sys.modules.get("numba._helperlib")
+        if module is None:
+            loader = importlib.machinery.ExtensionFileLoader("numba._helperlib", path)
+            module = importlib.util.module_from_spec(
+                importlib.util.spec_from_file_location("numba._helperlib", path, loader=loader))
+            loader.exec_module(module)
+        _helpers = {"numba_" + name: address for name, address in module.c_helpers.items()}
+    return _helpers
+
+
+_libraries = []  # the interpreter with libc, then libm (found on first use)
+
+# Numba runtime calls that an object may name without needing the runtime. Generated code
+# allocates nothing (an object that names an NRT allocator does not load), so no reference
+# count ever drops to zero (carray views have none), and the only NRT memory freed would be a
+# dynamic exception's, allocated by NRT's default allocator, malloc.
+_NRT_STANDINS = {"NRT_MemInfo_call_dtor": "abort", "NRT_Free": "free"}
+
+
+def _address(name):
+    """Where symbol ``name`` lives in this process."""
+    if name.startswith("numba_") and name in _numba_helpers():
+        return _numba_helpers()[name]
+    if name.startswith("NRT_") and name not in _NRT_STANDINS:
+        raise LoadError(f"needs Numba's runtime ({name})")
+    if not _libraries:
+        _libraries.extend([ctypes.PyDLL(None), ctypes.CDLL(ctypes.util.find_library("m"))])
+    for library in _libraries:
+        try:
+            return ctypes.cast(getattr(library, _NRT_STANDINS.get(name, name)), ctypes.c_void_p).value
+        except AttributeError:
+            continue
+    raise LoadError(f"unknown symbol {name}")
+
+
+def load(object_code, entry, symbols):
+    """Link ``object_code`` into this process; returns ``(address of entry, engine)``. The
+    engine owns the code: keep it alive as long as the address is used."""
+    llvm = _binding()
+    for name in symbols:
+        llvm.add_symbol(name, _address(name))
+    target = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+    engine.finalize_object()
+    address = engine.get_function_address(entry)
+    if not address:
+        raise LoadError(f"no symbol {entry} in the object")
+    return address, engine
