@@ -10,7 +10,11 @@ without importing Numba (whose import and dispatcher start-up dominate a warm fi
 
 import ctypes
 import ctypes.util
+import importlib.util
 import os
+import sys
+import threading
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 
 import numpy as np
 
@@ -46,6 +50,8 @@ class LoadError(Exception):
 
 
 _llvm = None
+_lock = threading.Lock()
+_engine = None
 _helpers = None  # Numba's C helpers by symbol
 
 
@@ -65,18 +71,12 @@ def _numba_helpers():
     extension loaded on its own: importing the ``numba`` package costs ~0.3 s."""
     global _helpers
     if _helpers is None:
-        import importlib.machinery
-        import importlib.util
-
-        spec = importlib.util.find_spec("numba")
-        folder = os.path.dirname(spec.origin)
-        (path,) = [os.path.join(folder, f) for f in os.listdir(folder)
-                   if f.startswith("_helperlib.") and f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))]
-        import sys
-
         module = sys.modules.get("numba._helperlib")
         if module is None:
-            loader = importlib.machinery.ExtensionFileLoader("numba._helperlib", path)
+            folder = os.path.dirname(importlib.util.find_spec("numba").origin)
+            (path,) = [os.path.join(folder, f) for f in os.listdir(folder)
+                       if f.startswith("_helperlib.") and f.endswith(tuple(EXTENSION_SUFFIXES))]
+            loader = ExtensionFileLoader("numba._helperlib", path)
             module = importlib.util.module_from_spec(
                 importlib.util.spec_from_file_location("numba._helperlib", path, loader=loader))
             loader.exec_module(module)
@@ -110,16 +110,20 @@ def _address(name):
 
 
 def load(object_code, entry, symbols):
-    """Link ``object_code`` into this process; returns ``(address of entry, engine)``. The
-    engine owns the code: keep it alive as long as the address is used."""
-    llvm = _binding()
-    for name in symbols:
-        llvm.add_symbol(name, _address(name))
-    target = llvm.Target.from_default_triple().create_target_machine()
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-    engine.finalize_object()
-    address = engine.get_function_address(entry)
+    """Link ``object_code`` into this process (for its lifetime, like Numba's own code) and
+    return the address of ``entry``. Every object goes into one MCJIT engine: helpers that
+    several objects carry are weak definitions, linked once."""
+    global _engine
+    with _lock:  # llvmlite releases the GIL
+        llvm = _binding()
+        for name in symbols:  # all resolved before the engine sees the object
+            llvm.add_symbol(name, _address(name))
+        if _engine is None:
+            target = llvm.Target.from_default_triple().create_target_machine()
+            _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
+        _engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        _engine.finalize_object()
+        address = _engine.get_function_address(entry)
     if not address:
         raise LoadError(f"no symbol {entry} in the object")
-    return address, engine
+    return address

@@ -59,7 +59,7 @@ class NativeExecutable:
     def __init__(self, graph, address, keep, constants, buffers, source):
         self.graph = graph
         self.source = source
-        self._keep = keep  # what owns the machine code
+        self._keep = keep  # what owns the machine code (Numba's, when compiled here)
         self._constants = tuple(constants)
         self._buffers = buffers
         fn = native.entry_function(address)
@@ -122,10 +122,10 @@ def _link(name, graph, source, constants, buffers):
         return None
     code, manifest = stored
     try:
-        address, engine = native.load(code, manifest["entry"], manifest["symbols"])
+        address = native.load(code, manifest["entry"], manifest["symbols"])
     except native.LoadError:
         return None
-    return NativeExecutable(graph, address, engine, constants, buffers, source)
+    return NativeExecutable(graph, address, None, constants, buffers, source)
 
 
 def load_cached(graph):
