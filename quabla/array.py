@@ -63,8 +63,7 @@ class Tensor(Operators):
     def _wrap(cls, value, weak=False):
         """Adopt ``value`` (a NumPy array of a Quabla dtype that nobody else writes)."""
         t = object.__new__(cls)
-        if value.flags.writeable:
-            value.flags.writeable = False
+        value.setflags(write=False)
         t._value = value
         t._weak = weak
         return t

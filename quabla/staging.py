@@ -371,7 +371,7 @@ class Staged:
 def _wrap(value):
     """Adopt a freshly computed result array as a Tensor (the output half of the hot path)."""
     t = _new_tensor(Tensor)
-    value.flags.writeable = False
+    value.setflags(write=False)  # half the cost of assigning flags.writeable
     t._value = value
     t._weak = False
     return t

@@ -249,6 +249,8 @@ class TreeDef:
             leaves = list(leaves)
         if len(leaves) != self._num_leaves:
             raise ValueError(f"{self} has {self._num_leaves} leaves, got {len(leaves)}")
+        if self._node is _LEAF:  # the common single-array result, on the hot path
+            return leaves[0]
         return _unflatten(self._node, iter(leaves))
 
     def __eq__(self, other):
