@@ -610,24 +610,41 @@ def _sum_unused(x, term, keep):
     return sum(x, axes), "".join(c for c in term if c in keep)
 
 
-def _square_matrix(a, name):
-    if a.ndim != 2 or a.shape[0] != a.shape[1]:
-        raise ValueError(f"quabla.{name} needs a square matrix, got shape {list(a.shape)}")
+def _square_matrices(a, name):
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(
+            f"quabla.{name} needs square matrices [..., n, n], got shape {list(a.shape)}"
+        )
 
 
 def solve(a, b):
-    """The solution ``x`` of ``a @ x = b`` for a square matrix ``a`` and a vector or matrix ``b``."""
+    """The solution ``x`` of ``a @ x = b``, as NumPy 2's ``linalg.solve``: ``a`` is [..., n, n];
+    a 1-d ``b`` [n] is one vector for every matrix (``x`` is [..., n]); any other ``b`` is a
+    stack of matrices [..., n, k] whose leading axes broadcast with those of ``a``. For a stack
+    of vectors, use ``solve(a, b[..., None])[..., 0]`` (or vmap a vector solve)."""
     a, b = _promote("solve", (a, b))
-    _square_matrix(a, "solve")
-    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
-        raise ValueError(f"quabla.solve: b of shape {list(b.shape)} does not match a {list(a.shape)}")
+    _square_matrices(a, "solve")
+    n = a.shape[-1]
+    vector = b.ndim == 1
+    try:
+        if b.ndim == 0 or b.shape[-1 if vector else -2] != n:
+            raise ValueError
+        batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"quabla.solve: b of shape {list(b.shape)} does not match a {list(a.shape)}; b is "
+            "[n] or [..., n, k] (for a stack of vectors use b[..., None])"
+        ) from None
+    a = broadcast_to(a, batch + (n, n))
+    b = broadcast_to(b, batch + tuple(b.shape[-1 if vector else -2:]))
     return bind("solve", a, b)
 
 
 def cholesky(a):
-    """The lower Cholesky factor of a symmetric positive definite matrix (NaN if it is not)."""
+    """The lower Cholesky factors of symmetric positive definite matrices [..., n, n] (NaN
+    where a matrix is not positive definite)."""
     (a,) = _promote("cholesky", (a,))
-    _square_matrix(a, "cholesky")
+    _square_matrices(a, "cholesky")
     return bind("cholesky", a)
 
 

@@ -82,3 +82,34 @@ def test_against_jax():
     ours = qb.hessian(lambda v: qb.sum(qb.tanh(v) * v[0]))(qb.array(x))
     theirs = jax.hessian(lambda v: jnp.sum(jnp.tanh(v) * v[0]))(jnp.asarray(x))
     assert_close(ours, np.asarray(theirs), rtol=1e-12, atol=1e-12)
+
+
+def _batched_solve_args():
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-0.5, 0.5, (2, 3, 3)) + 3.0 * np.eye(3)
+    return a, rng.uniform(-1, 1, (2, 3, 2))
+
+
+@pytest.mark.parametrize("f", [
+    qb.solve,                                                    # 12 outputs: forward mode
+    lambda a, b: qb.sum(qb.solve(a, b) ** 2, axis=(1, 2)),       # 2 outputs: reverse mode
+    lambda a, b: qb.cholesky(a @ qb.transpose(a, (0, 2, 1))) @ b,
+], ids=["forward", "reverse", "cholesky"])
+def test_jacobian_of_a_batched_solve(f):
+    a, b = _batched_solve_args()
+    ja, jb = qb.jacobian(f, argnums=(0, 1))(qb.array(a), qb.array(b))
+    out_shape = tuple(f(qb.array(a), qb.array(b)).shape)
+    assert ja.shape == out_shape + a.shape and jb.shape == out_shape + b.shape
+    size = int(np.prod(out_shape))
+    jac = np.concatenate([np64(ja).reshape(size, -1), np64(jb).reshape(size, -1)], axis=1)
+    assert_close(jac, fd_jacobian(f, [a, b]), rtol=1e-7, atol=1e-8)
+
+
+def test_jacobian_of_a_batched_solve_against_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    a, b = _batched_solve_args()
+    ours = qb.jacobian(qb.solve, argnums=(0, 1))(qb.array(a), qb.array(b))
+    theirs = jax.jacfwd(jax.numpy.linalg.solve, argnums=(0, 1))(a, b)
+    for o, t in zip(ours, theirs):
+        assert_close(o, np.asarray(t), rtol=1e-12, atol=1e-12)

@@ -668,11 +668,50 @@ def test_solve(b_shape, dtype):
     np.testing.assert_allclose((qb.array(a) @ x).numpy(), b, **TOL[dtype])
 
 
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 4, 4), (4,)), ((2, 4, 4), (2, 4, 3)), ((4, 4), (3, 4, 2)), ((2, 1, 4, 4), (3, 4, 1)),
+])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_solve_of_stacks_follows_numpy(a_shape, b_shape, dtype):
+    """NumPy 2's convention: a 1-d b is one vector for every matrix, any other b is a stack of
+    matrices whose leading axes broadcast with those of a."""
+    rng = np.random.default_rng(2)
+    a = (rng.normal(size=a_shape) + 4 * np.eye(4)).astype(dtype.numpy)
+    b = rng.normal(size=b_shape).astype(dtype.numpy)
+    check(qb.solve(a, b), np.linalg.solve(a, b), dtype)
+    check(qb.jit(lambda a, b: qb.solve(a, b))(a, b), np.linalg.solve(a, b), dtype)
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 4), (3,)), ((3, 3), (4,)), ((3,), (3,)),
-                                              ((3, 3), (3, 2, 1))])
+                                              ((3, 3), (3, 2, 1)), ((2, 3, 3), (3, 3, 1)),
+                                              ((3, 3), ())])
 def test_solve_errors(a_shape, b_shape):
     with pytest.raises(ValueError):
         qb.solve(qb.ones(a_shape), qb.ones(b_shape))
+
+
+def test_solve_rejects_a_stack_of_vectors_with_a_hint():
+    """b [2, 3] is a matrix (NumPy 2): it does not fit a [2, 3, 3], and the message says how to
+    solve a stack of vectors."""
+    with pytest.raises(ValueError, match=r"b\[\.\.\., None\]"):
+        qb.solve(qb.ones((2, 3, 3)), qb.ones((2, 3)))
+
+
+def _fresh_jit(f, *args):
+    return qb.jit(lambda *x: f(*x))(*args)  # its own trace cache, not qb.solve's
+
+
+@pytest.mark.parametrize("run", [lambda f, *a: f(*a), _fresh_jit], ids=["eager", "jit"])
+def test_stacks_fail_per_matrix(run):
+    """A singular or indefinite matrix gives NaN for its own result only."""
+    good = _spd(3, qb.float64)
+    a = np.stack([good, np.zeros((3, 3)), good])
+    x = np.asarray(run(qb.solve, a, np.ones((3, 3, 2))))
+    assert np.isnan(x[1]).all() and np.isfinite(x[[0, 2]]).all()
+    np.testing.assert_allclose(x[0], np.linalg.solve(good, np.ones((3, 2))), rtol=1e-12)
+    lower = np.asarray(run(qb.cholesky, np.stack([good, -good])))
+    assert np.isnan(lower[1]).all()
+    np.testing.assert_allclose(lower[0], np.linalg.cholesky(good), rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -684,6 +723,9 @@ def test_cholesky(dtype):
     assert np.isnan(qb.cholesky(qb.array(-a)).numpy()).any()
     with pytest.raises(ValueError):
         qb.cholesky(qb.ones((2, 3)))
+    stack = np.stack([a, 2 * a]).reshape(2, 1, 5, 5)
+    check(qb.cholesky(qb.array(stack)), np.linalg.cholesky(stack), dtype)
+    check(qb.jit(qb.cholesky)(qb.array(stack)), np.linalg.cholesky(stack), dtype)
 
 
 EINSUM = [

@@ -11,8 +11,8 @@ coverage test until it gets a case here), in float64 and float32:
   per-example gradients ``vmap(grad(<u, f>))`` equal the stacked gradients.
 
 Primitives without a derivative (comparisons, bool logic, bool reductions) get the batching
-check only; solve and cholesky have no batching rule yet and must raise
-UnsupportedOperationError (spec "S4 as landed") until they get one.
+check only. solve and cholesky take stacks of matrices (leading batch axes), so their batched
+cases are vmapped over a second batch axis.
 
 Each primitive is reached through the public ops, and the coverage test checks that the case's
 traced graph really contains the primitive. Pow at its singular points (spec 000 §3.2, S1b) is
@@ -29,7 +29,7 @@ import quabla as qb
 from quabla import ops as qb_ops
 from quabla.core.primitives import PRIMITIVES
 
-from helpers import EXACT_TOL, FD_TOL, assert_close, fd_jacobian, flat, traced_graph
+from helpers import EXACT_TOL, FD_TOL, assert_close, fd_jacobian, flat, staged_graph, traced_graph
 
 DTYPES = [qb.float64, qb.float32]
 
@@ -66,12 +66,18 @@ def _distinct(shape, low=-2.0, high=2.0, gap=0.05):
     return make
 
 
-def _spd_factor(n):
-    return lambda rng: rng.uniform(-0.5, 0.5, (n, n)) + np.eye(n)
+def _spd_factor(n, batch=()):
+    return lambda rng: rng.uniform(-0.5, 0.5, batch + (n, n)) + np.eye(n)
 
 
-def _square(n):
-    return lambda rng: rng.uniform(-0.5, 0.5, (n, n)) + 3.0 * np.eye(n)
+def _square(n, batch=()):
+    return lambda rng: rng.uniform(-0.5, 0.5, batch + (n, n)) + 3.0 * np.eye(n)
+
+
+def _spd_cholesky(a):
+    """cholesky of the positive definite a a^T + I/2 (of each matrix of a stack)."""
+    swap = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)
+    return qb.cholesky(a @ qb.transpose(a, swap) + 0.5 * qb.eye(a.shape[-1], dtype=a.dtype))
 
 
 MASK = np.array([[True, False, True], [False, False, True]])
@@ -173,13 +179,21 @@ CASES = {
         Case(lambda a, b: qb.einsum("jib,jk->bki", a, b), _args(_u((3, 2, 2)), _u((3, 4))),
              "permuted output"),
     ],
-    "solve": [
-        Case(qb.solve, _args(_square(3), _u((3,))), "vector"),
-        Case(qb.solve, _args(_square(3), _u((3, 2))), "matrix"),
+    "solve": [  # a lambda per case: each keeps its own trace cache (qb.solve's would overflow)
+        Case(lambda a, b: qb.solve(a, b), _args(_square(3), _u((3,))), "vector"),
+        Case(lambda a, b: qb.solve(a, b), _args(_square(3), _u((3, 2))), "matrix"),
+        Case(lambda a, b: qb.solve(a, b), _args(_square(3, (2,)), _u((2, 3, 2))),
+             "batched matrices"),
+        Case(lambda a, b: qb.solve(a, b[..., None])[..., 0], _args(_square(3, (2,)), _u((2, 3))),
+             "batched vectors"),
+        Case(lambda a, b: qb.solve(a, b), _args(_square(3, (2,)), _u((3,))),
+             "one vector for a stack"),
+        Case(lambda a, b: qb.solve(a, b), _args(_square(2, (2, 1)), _u((3, 2, 1))),
+             "broadcast batch axes"),
     ],
     "cholesky": [
-        Case(lambda a: qb.cholesky(a @ qb.transpose(a) + 0.5 * qb.eye(3, dtype=a.dtype)),
-             _args(_spd_factor(3))),
+        Case(_spd_cholesky, _args(_spd_factor(3))),
+        Case(_spd_cholesky, _args(_spd_factor(3, (2,))), "batched"),
     ],
 }
 
@@ -192,9 +206,6 @@ NONDIFF_CASES = {
     "not": lambda x, y: ~(x > y),
     "reduce_or": lambda x, y: qb.any(x > y, axis=1), "reduce_and": lambda x, y: qb.all(x > y, axis=0),
 }
-
-# Spec "S4 as landed": a mapped solve is rejected (cholesky's rules use solve).
-UNBATCHABLE = {"solve", "cholesky"}
 
 
 def _differentiable():
@@ -310,16 +321,11 @@ def test_second_order_rules(name, case):
 
 # -- batching -----------------------------------------------------------------------------------
 
-def _check_vmap(fn, arrays, dtype, in_axes, name, axis=0):
+def _check_vmap(fn, arrays, dtype, in_axes, axis=0):
     """vmap(fn, in_axes)(*arrays) equals stacking fn over the examples; mapped arrays hold the
     examples along ``axis`` (given as in_axes and out_axes, so negative axes are covered too)."""
     axes = tuple(None if a is None else axis for a in in_axes)
-    batched = qb.vmap(fn, in_axes=axes, out_axes=axis)
-    try:
-        result = batched(*_tensors(arrays, dtype))
-    except qb.UnsupportedOperationError as e:
-        assert name in UNBATCHABLE, f"vmap of {name} raised {e}"
-        return
+    result = qb.vmap(fn, in_axes=axes, out_axes=axis)(*_tensors(arrays, dtype))
     size = next(a.shape[axis] for a, ax in zip(arrays, axes) if ax is not None)
     rows = []
     for b in range(size):
@@ -350,10 +356,10 @@ def test_batching(name, case, dtype):
     for in_axes in _in_axes_patterns(n):
         arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
                   for k, ax in enumerate(in_axes)]
-        _check_vmap(case.fn, arrays, dtype, in_axes, name)
+        _check_vmap(case.fn, arrays, dtype, in_axes)
     # the batch axis last, as in_axes=-1 and out_axes=-1
     arrays = [np.stack([ex[k] for ex in examples], axis=-1) for k in range(n)]
-    _check_vmap(case.fn, arrays, dtype, (0,) * n, name, axis=-1)
+    _check_vmap(case.fn, arrays, dtype, (0,) * n, axis=-1)
 
 
 @pytest.mark.parametrize("name, case", _all_cases())
@@ -367,11 +373,7 @@ def test_batching_of_derivatives(name, case):
     for in_axes in _in_axes_patterns(n):
         arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
                   for k, ax in enumerate(in_axes)]
-        try:
-            result = qb.vmap(g, in_axes=in_axes)(*_tensors(arrays, qb.float64))
-        except qb.UnsupportedOperationError:
-            assert name in UNBATCHABLE
-            return
+        result = qb.vmap(g, in_axes=in_axes)(*_tensors(arrays, qb.float64))
         for b in range(3):
             example = [a[b] if ax == 0 else a for a, ax in zip(arrays, in_axes)]
             expected = g(*_tensors(example, qb.float64))
@@ -385,21 +387,23 @@ def test_batching_nondifferentiable(name, dtype):
     x = rng.uniform(-1, 1, (3, 2, 3))
     y = rng.uniform(-1, 1, (3, 2, 3))
     x[0, 0, 0] = y[0, 0, 0]  # a tie, so eq/ne/ge/le see both outcomes
-    _check_vmap(NONDIFF_CASES[name], [x, y], dtype, (0, 0), name)
-    _check_vmap(NONDIFF_CASES[name], [x, y[0]], dtype, (0, None), name)
+    _check_vmap(NONDIFF_CASES[name], [x, y], dtype, (0, 0))
+    _check_vmap(NONDIFF_CASES[name], [x, y[0]], dtype, (0, None))
 
 
-@pytest.mark.parametrize("name", sorted(UNBATCHABLE))
-def test_unbatchable_primitives_raise_a_typed_error(name):
-    """Until they get batching rules, mapped solve/cholesky raise UnsupportedOperationError."""
-    case = CASES[name][0]
-    examples = [_data(case, seed) for seed in range(2)]
-    arrays = [np.stack([ex[k] for ex in examples]) for k in range(len(examples[0]))]
-    try:
-        qb.vmap(case.fn)(*_tensors(arrays, qb.float64))
-    except qb.UnsupportedOperationError as e:
-        assert e.op in UNBATCHABLE
-    # implementing the rule is welcome: test_batching then checks its values
+@pytest.mark.parametrize("in_axes", [(0, 0), (0, None), (None, 0)])
+def test_vmap_of_solve_binds_one_batched_solve(in_axes):
+    """A mapped solve or cholesky (rejected before, spec 000 "S4 as landed") is one primitive
+    over the stack, the unmapped operand broadcast: no per-example unrolling."""
+    rng = np.random.default_rng(8)
+    a = _square(3, (4,))(rng)
+    b = rng.uniform(-1, 1, (4, 3))
+    args = [x if ax == 0 else x[0] for x, ax in zip((a, b), in_axes)]
+    graph = staged_graph(qb.vmap(qb.solve, in_axes=in_axes), *_tensors(args, qb.float64))
+    solves = [n for n in graph.nodes if n.op == "solve"]
+    assert len(solves) == 1 and tuple(solves[0].shape) == (4, 3)
+    graph = staged_graph(qb.vmap(_spd_cholesky), qb.array(a))
+    assert [tuple(n.shape) for n in graph.nodes if n.op == "cholesky"] == [(4, 3, 3)]
 
 
 # -- pow at its singular points (spec 000 §3.2, slice S1b) --------------------------------------

@@ -840,6 +840,64 @@ def test_pinn_second_derivative_inside_vmap():
     assert abs(float(g) - np.mean(2 * r * dr)) < 1e-10
 
 
+# -- vmap of the linear algebra: solve and cholesky on stacks of matrices --------------------------
+
+def _spd_stack(rng, batch, n):
+    m = rng.normal(size=batch + (n, n))
+    return m @ np.swapaxes(m, -1, -2) + n * np.eye(n)
+
+
+def _chol_solve_loss(a, b):
+    """Uses cholesky and solve (with a 2-d b, and a 1-d b shared by the stack of factors)."""
+    lower = qb.cholesky(a)
+    return (qb.sum(qb.solve(lower, b) ** 2) + qb.sum(lower * qb.eye(a.shape[-1]))
+            + qb.sum(qb.sin(qb.solve(qb.stack([lower, a]), b[:, 0]))))
+
+
+@pytest.mark.parametrize("in_axes", [(0, 0), (0, None), (None, 0)])
+def test_vmap_of_solve(in_axes):
+    rng = np.random.default_rng(6)
+    a, b = _spd_stack(rng, (4,), 3), rng.normal(size=(4, 3))
+    args = [x if ax == 0 else x[0] for x, ax in zip((a, b), in_axes)]
+    solve = lambda a, b: qb.solve(a, b)  # a trace cache of its own, not qb.solve's
+    out = qb.vmap(solve, in_axes=in_axes)(*map(qb.array, args))
+    full_a, full_b = np.broadcast_to(args[0], (4, 3, 3)), np.broadcast_to(args[1], (4, 3))
+    assert_close(out, np.linalg.solve(full_a, full_b[..., None])[..., 0])
+    # a matrix right-hand side, mapped along its last axis, and vmap of vmap
+    out = qb.vmap(solve, in_axes=(None, -1), out_axes=-1)(qb.array(a[0]), qb.array(b.T))
+    assert_close(out, np.linalg.solve(a[0], b.T))
+    stacked = _spd_stack(rng, (2, 4), 3), rng.normal(size=(2, 4, 3))
+    out = qb.vmap(qb.vmap(solve))(*map(qb.array, stacked))
+    assert_close(out, np.linalg.solve(stacked[0], stacked[1][..., None])[..., 0])
+
+
+def test_vmap_of_cholesky():
+    a = _spd_stack(np.random.default_rng(7), (4, 2), 3)  # two stack axes: vmap over a batched op
+    out = qb.vmap(qb.cholesky, in_axes=1, out_axes=-1)(qb.array(a))
+    assert_close(out, np.moveaxis(np.linalg.cholesky(a), 1, -1))
+    out = qb.jit(qb.vmap(lambda m: qb.cholesky(m) @ qb.transpose(qb.cholesky(m))))(qb.array(a[0]))
+    assert_close(out, a[0])
+
+
+@pytest.mark.parametrize("in_axes", [(0, 0), (None, 0), (0, None)])
+def test_per_example_gradients_through_cholesky_and_solve(in_axes):
+    rng = np.random.default_rng(8)
+    a, b = _spd_stack(rng, (3,), 3), rng.normal(size=(3, 3, 2))
+    args = [qb.array(x if ax == 0 else x[0]) for x, ax in zip((a, b), in_axes)]
+    g = qb.grad(_chol_solve_loss, argnums=(0, 1))
+    per_example = qb.vmap(g, in_axes=in_axes)(*args)
+    pick = lambda x, ax, i: x[i] if ax == 0 else x
+    for i in range(3):
+        expected = g(*[pick(x, ax, i) for x, ax in zip(args, in_axes)])
+        for got, want in zip(per_example, expected):
+            assert_close(got[i], want, rtol=1e-12, atol=1e-12)
+    # reverse mode of the batched loss: mapped gradients as they are, unmapped ones summed
+    total = qb.grad(lambda *xs: qb.sum(qb.vmap(_chol_solve_loss, in_axes=in_axes)(*xs)),
+                    argnums=(0, 1))(*args)
+    for got, per, ax in zip(total, per_example, in_axes):
+        assert_close(got, per if ax == 0 else np64(per).sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
 # -- closures and constants ----------------------------------------------------------------------
 
 def test_eager_array_closed_over_becomes_a_constant():
@@ -1035,6 +1093,31 @@ def test_against_jax_pow_conventions(jax):
     ours = qb.grad(lambda b: qb.array(-2.0) ** b)(qb.array(2.0))
     theirs = jax.grad(lambda b: jnp.power(-2.0, b))(2.0)
     assert float(ours) == 0.0 and math.isnan(float(theirs))
+
+
+def test_against_jax_batched_solve_and_cholesky(jax):
+    """Values and per-example gradients (jax's cholesky symmetrises its input, as our rule
+    does; the inputs are symmetric)."""
+    jnp = jax.numpy
+    rng = np.random.default_rng(9)
+    a, b = _spd_stack(rng, (2, 3), 4), rng.normal(size=(2, 3, 4, 2))
+    assert_close(qb.cholesky(qb.array(a)), np.asarray(jnp.linalg.cholesky(a)), rtol=1e-12,
+                 atol=1e-12)
+    vector = b[0, 0, :, 0]  # one vector for the whole stack
+    assert_close(qb.solve(qb.array(a), qb.array(vector)),
+                 np.asarray(jnp.linalg.solve(a, vector)), rtol=1e-12, atol=1e-12)
+    ours = qb.jit(qb.solve)(qb.array(a), qb.array(b))
+    assert_close(ours, np.asarray(jax.scipy.linalg.solve(a, b)), rtol=1e-12, atol=1e-12)
+
+    def f_jax(a, b):
+        lower = jnp.linalg.cholesky(a)
+        return (jnp.sum(jnp.linalg.solve(lower, b) ** 2) + jnp.sum(lower * jnp.eye(a.shape[-1]))
+                + jnp.sum(jnp.sin(jnp.linalg.solve(jnp.stack([lower, a]), b[:, 0]))))
+
+    ours = qb.vmap(qb.vmap(qb.grad(_chol_solve_loss, argnums=(0, 1))))(qb.array(a), qb.array(b))
+    theirs = jax.vmap(jax.vmap(jax.grad(f_jax, argnums=(0, 1))))(a, b)
+    for o, t in zip(ours, theirs):
+        assert_close(o, np.asarray(t), rtol=1e-10, atol=1e-12)
 
 
 def test_op_count_helper_sees_the_graph():

@@ -9,7 +9,7 @@ hundreds of fresh graphs cost no compile time.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import quabla as qb
 
@@ -21,7 +21,9 @@ BINARY = [qb.add, qb.subtract, qb.multiply, lambda a, b: a / (1.5 + qb.sin(b)),
           qb.maximum, lambda a, b: qb.where(a > b, a, b * 0.5)]
 REDUCE = [lambda v: v, lambda v: qb.sum(v) * v, lambda v: qb.mean(v * v) + v,
           lambda v: qb.concat([v[1:], v[:1]]), lambda v: qb.matmul(qb.reshape(v, (1, 3)),
-                                                                   qb.ones((3, 3)))[0]]
+                                                                   qb.ones((3, 3)))[0],
+          # a diagonally dominant (so positive definite) matrix: cholesky, then a solve with it
+          lambda v: qb.solve(qb.cholesky(qb.eye(3) * (2.0 + v * v) + 0.3), v)]
 
 
 @st.composite
@@ -73,4 +75,8 @@ def test_jacobian_matches_finite_differences(f, values):
     w = qb.array(values[12:])
     jac = qb.jacobian(lambda x: f(x, w))(qb.array(x))
     expected = fd_jacobian(lambda x: f(x, w), [x], eps=1e-6)
+    # a tie at a discontinuity of where() (e.g. x against a permutation of equal entries)
+    # makes differences meaningless there: they then disagree across step sizes
+    coarse = fd_jacobian(lambda x: f(x, w), [x], eps=1e-4)
+    assume(np.allclose(np.asarray(expected), np.asarray(coarse), rtol=1e-2, atol=1e-2))
     assert_close(jac, expected, rtol=1e-5, atol=1e-5)

@@ -352,20 +352,27 @@ class _Emitter:
         self.emit(f"{target} = {reshaped(name, shape3)}")
 
     def op_solve(self, node, out, args):
-        n = node.shape[0]
-        columns = (n, int(np.prod(node.shape[1:], dtype=np.int64)))
-        self.alloc(out, node.shape, node.dtype, result=node_id(out))
-        lu, x = f"t{out}lu", f"t{out}x"
-        self.alloc(lu, (n, n), _FLOAT64)
-        self.alloc(x, columns, _FLOAT64)
-        b, result = reshaped(args[1], columns), reshaped(out, columns)
-        self.emit(f"_solve({args[0]}, {b}, {result}, {lu}, {x})")
+        rank = len(self.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
+        n = node.shape[rank - 2]
+        m = int(np.prod(node.shape[rank - 1:], dtype=np.int64))  # 1 for a stack of vectors
+        self.stacked("_solve", node, out, args, [(n, n), (n, m), (n, m)],
+                     [(f"t{out}lu", (n, n)), (f"t{out}x", (n, m))])
 
     def op_cholesky(self, node, out, args):
+        n = node.shape[-1]
+        self.stacked("_cholesky", node, out, args, [(n, n), (n, n)], [(f"t{out}low", (n, n))])
+
+    def stacked(self, kernel, node, out, args, matrices, workspaces):
+        """``kernel`` on each matrix of a stack (the leading axes), through 2-d views of the
+        operands and of ``out`` (of shapes ``matrices``, out's last); the float64 ``workspaces``
+        are shared by all matrices."""
         self.alloc(out, node.shape, node.dtype, result=node_id(out))
-        low = f"t{out}low"
-        self.alloc(low, node.shape, _FLOAT64)
-        self.emit(f"_cholesky({args[0]}, {out}, {low})")
+        for name, shape in workspaces:
+            self.alloc(name, shape, _FLOAT64)
+        batch = int(np.prod(node.shape, dtype=np.int64)) // int(np.prod(matrices[-1]))
+        views = [f"{reshaped(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
+        self.emit(f"for b in range({batch}):")
+        self.emit(f"{kernel}({', '.join(views + [name for name, _ in workspaces])})", 2)
 
 
 def _last_uses(graph, statements):

@@ -4,7 +4,6 @@ import numpy as np
 
 from ... import ops
 from ...array import Tensor
-from ...errors import UnsupportedOperationError
 from ..primitives import Primitive, Zero, is_zero, register
 from ..tracing import bind
 
@@ -115,99 +114,145 @@ register(Primitive(
 ))
 
 
+# -- solve and cholesky: stacks of matrices ------------------------------------------------------
+#
+# Both take leading batch axes, as JAX's linalg does: ``a`` is [*batch, n, n]. The solve
+# primitive's ``b`` has the same batch axes and is a stack of vectors [*batch, n] or of matrices
+# [*batch, n, k]; its rank relative to ``a`` tells which, so there is no ambiguity (the public
+# qb.solve, which follows NumPy 2, broadcasts its operands into this form). Rules use transposes
+# of the last two axes and batched dot_general, so batching them is binding the same primitive
+# with one more leading axis.
+
+def _stacked(fn, out_shape, *arrays):
+    """``fn`` (np.linalg.solve or cholesky) over a stack; where LAPACK fails (a singular or not
+    positive definite matrix) only that matrix's result is NaN, as in the Numba kernels."""
+    try:
+        return fn(*arrays)
+    except np.linalg.LinAlgError:
+        pass
+    out = np.full(out_shape, np.nan, arrays[-1].dtype)
+    for idx in np.ndindex(*arrays[0].shape[:-2]):
+        try:
+            out[idx] = fn(*(x[idx] for x in arrays))
+        except np.linalg.LinAlgError:
+            pass
+    return out
+
+
+def _check_square(a, name):
+    if not a.dtype.is_floating:
+        raise TypeError(f"{name} needs floating operands")
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{name}: {list(a.shape)} is not a stack of square matrices [..., n, n]")
+
+
+def _mT(x):
+    """The transposes of a stack of matrices (its last two axes swapped)."""
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return bind("transpose", x, permutation=perm)
+
+
+def _matmul(a, x):
+    """``a @ x`` per batch element: ``a`` [*batch, n, m], ``x`` [*batch, m] or [*batch, m, k]."""
+    nb = a.ndim - 2
+    batch = tuple(range(nb))
+    return bind("dot_general", a, x, dimension_numbers=(((nb + 1,), (nb,)), (batch, batch)))
+
+
+def _broadcast_batch(op):
+    """Batching rule: unmapped operands are broadcast along the new leading axis."""
+    def batch(args, batched, size):
+        args = [x if f else ops.broadcast_to(x, (size,) + tuple(x.shape))
+                for x, f in zip(args, batched)]
+        return bind(op, *args), True
+    return batch
+
+
 # -- solve --------------------------------------------------------------------------------------
 
 def _solve_shape(a, b):
-    if a.dtype is not b.dtype or not a.dtype.is_floating:
+    if a.dtype is not b.dtype:
         raise TypeError("solve needs floating operands of one dtype")
+    _check_square(a, "solve")
+    if b.ndim not in (a.ndim - 1, a.ndim) or tuple(b.shape[:a.ndim - 1]) != tuple(a.shape[:-1]):
+        raise ValueError(
+            f"solve: b {list(b.shape)} is neither [..., n] nor [..., n, k] for a {list(a.shape)}"
+        )
     return tuple(b.shape), b.dtype, a._weak and b._weak
 
 
 def _solve_impl(a, b):
-    try:
-        return np.linalg.solve(a, b)
-    except np.linalg.LinAlgError:
-        return np.full(b.shape, np.nan, b.dtype)
+    if b.ndim < a.ndim:  # a stack of vectors: NumPy 2 reads any b of rank > 1 as matrices
+        return _solve_impl(a, b[..., None])[..., 0]
+    return _stacked(np.linalg.solve, b.shape, a, b)
 
 
-def _outer_like(u, x):
-    """u x^T for vectors, u @ x^T for matrices: the shape of the matrix operand of solve."""
-    if u.ndim == 1:
-        return bind("dot_general", ops.reshape(u, (u.shape[0], 1)), ops.reshape(x, (1, x.shape[0])),
-                    dimension_numbers=(((1,), (0,)), ((), ())))
-    return bind("dot_general", u, x, dimension_numbers=(((1,), (1,)), ((), ())))
-
-
-def _solve_jvp(primals, tangents, out, **params):
-    a, b = primals
+def _solve_jvp(primals, tangents, out):
+    """dx = a^-1 (db - da x)."""
+    a, _ = primals
     ta, tb = tangents
     if is_zero(ta) and is_zero(tb):
         return Zero(out.shape, out.dtype)
-    rhs = Zero(b.shape, b.dtype) if is_zero(tb) else tb
+    rhs = tb
     if not is_zero(ta):
-        ax = ops.matmul(ta, out)
+        ax = _matmul(ta, out)
         rhs = ops.negative(ax) if is_zero(rhs) else ops.subtract(rhs, ax)
     return bind("solve", a, rhs)
 
 
 def _solve_vjp(ct, primals, out):
-    a, b = primals
-    gb = bind("solve", ops.transpose(a), ct)
-    return [ops.negative(_outer_like(gb, out)), gb]
-
-
-def _unbatchable(name):
-    def batch(args, batched, size, **params):
-        raise UnsupportedOperationError(
-            f"vmap of {name} over a mapped operand is not supported yet", op=name
-        )
-    return batch
+    """gb = a^-T ct and ga = -gb x^T (summed over the columns of a matrix b)."""
+    a, _ = primals
+    gb = bind("solve", _mT(a), ct)
+    batch = tuple(range(a.ndim - 2))
+    cols = tuple(range(a.ndim - 1, out.ndim))  # empty for vectors: an outer product
+    ga = bind("dot_general", gb, out, dimension_numbers=((cols, cols), (batch, batch)))
+    return [ops.negative(ga), gb]
 
 
 register(Primitive(
     "solve", shape_rule=_solve_shape, impl=_solve_impl,
-    jvp=_solve_jvp, vjp=_solve_vjp, batch=_unbatchable("solve"),
+    jvp=_solve_jvp, vjp=_solve_vjp, batch=_broadcast_batch("solve"),
 ))
 
 
 # -- cholesky -------------------------------------------------------------------------------------
 
-def _cholesky_impl(a):
-    try:
-        return np.linalg.cholesky(a)
-    except np.linalg.LinAlgError:
-        return np.full(a.shape, np.nan, a.dtype)
+def _cholesky_shape(a):
+    _check_square(a, "cholesky")
+    return tuple(a.shape), a.dtype, a._weak
 
 
 def _phi(x):
-    """The lower triangle with the diagonal halved."""
-    n = x.shape[0]
+    """The lower triangle with the diagonal halved (of every matrix of the stack)."""
+    n = x.shape[-1]
     weights = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
     return ops.multiply(x, Tensor._wrap(weights.astype(x.dtype.numpy)))
 
 
 def _cholesky_jvp(primals, tangents, out):
+    """dL = L phi(L^-1 dA L^-T)."""
     (ta,) = tangents
     if is_zero(ta):
         return Zero(out.shape, out.dtype)
     lower = out
     # L^-1 dA L^-T, through two solves with L (general solves keep the primitive set small).
     tmp = bind("solve", lower, ta)
-    inner = ops.transpose(bind("solve", lower, ops.transpose(tmp)))
-    return ops.matmul(lower, _phi(inner))
+    inner = _mT(bind("solve", lower, _mT(tmp)))
+    return _matmul(lower, _phi(inner))
 
 
 def _cholesky_vjp(ct, primals, out):
-    lower = out
-    p = _phi(ops.matmul(ops.transpose(lower), ct))
-    # S = L^-T P L^-1
-    tmp = bind("solve", ops.transpose(lower), p)
-    s = ops.transpose(bind("solve", ops.transpose(lower), ops.transpose(tmp)))
-    return [ops.multiply(0.5, ops.add(s, ops.transpose(s)))]
+    """S = L^-T phi(L^T ct) L^-1, symmetrised: the input is read as a symmetric matrix."""
+    lower_t = _mT(out)
+    p = _phi(_matmul(lower_t, ct))
+    tmp = bind("solve", lower_t, p)
+    s = _mT(bind("solve", lower_t, _mT(tmp)))
+    return [ops.multiply(0.5, ops.add(s, _mT(s)))]
 
 
 register(Primitive(
-    "cholesky",
-    shape_rule=lambda a: (tuple(a.shape), a.dtype, a._weak),
-    impl=_cholesky_impl, jvp=_cholesky_jvp, vjp=_cholesky_vjp, batch=_unbatchable("cholesky"),
+    "cholesky", shape_rule=_cholesky_shape,
+    impl=lambda a: _stacked(np.linalg.cholesky, a.shape, a),
+    jvp=_cholesky_jvp, vjp=_cholesky_vjp, batch=_broadcast_batch("cholesky"),
 ))
