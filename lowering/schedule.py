@@ -6,13 +6,26 @@ transpose, slice, rev), and the reductions consuming them are fused into one loo
 as its inputs allow. A node joins the latest group of its shape when all its inputs are ready
 before that group runs, so fusion never reorders a dependency. A member needs a buffer only if
 something outside its group (or the graph's outputs) reads it.
+
+Cheap members (arithmetic without transcendental functions or divisions) that later groups read
+are not stored when those groups can compute them again from values they have (or almost
+have) anyway: a stored intermediate costs a store stream in its group and a load stream in each
+reader, recomputing costs a few arithmetic instructions, and the loops are bound by memory
+traffic (see ``_rematerialize``).
 """
 
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Group", "Single", "schedule", "INDEX_MAPS", "REDUCTIONS"]
+__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "INDEX_MAPS", "REDUCTIONS"]
 
 INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
+# Elementwise ops cheap enough to compute again in a later loop instead of storing their result.
+CHEAP = frozenset({"neg", "add", "sub", "mul", "abs", "sign", "max", "min", "select", "cast",
+                   "gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"})
+CHEAP_INTEGER_POW = 4     # integer_pow with |n| up to this is cheap too (a few multiplies)
+REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
+TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
+MIN_TILE_ROWS = 16
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"})
 
 
@@ -24,9 +37,37 @@ class Group:
         self.members = []
         self.member_set = set()
         self.materialized = set()
+        self.clones = set()  # members recomputed here whose home is an earlier group
 
     def __repr__(self):
         return f"Group({list(self.shape)}, {self.members})"
+
+
+class TileBegin:
+    """The statements up to the matching ``TileEnd`` run once per block of ``tile`` rows of
+    their arrays' leading axis (``extent`` rows), so the intermediates of a batch (vmap) axis
+    live in tile-sized buffers that stay in cache. ``values``: the nodes computed in the loop,
+    held as tiles; ``accumulated``: sums over the rows (reductions over axis 0, products that
+    contract it), complete after the loop; ``exports``: tiles that statements after the loop
+    or the outputs read, copied into full arrays as they are computed."""
+
+    def __init__(self, extent, tile):
+        self.extent = extent
+        self.tile = tile
+        self.values = set()
+        self.accumulated = set()
+        self.exports = set()
+
+    def __repr__(self):
+        return f"TileBegin({self.extent} by {self.tile})"
+
+
+class TileEnd:
+    def __init__(self, begin):
+        self.begin = begin
+
+    def __repr__(self):
+        return "TileEnd()"
 
 
 class Single:
@@ -95,7 +136,9 @@ def schedule(graph):
         plan.home[nid] = (stmt, False)
     statements = plan.statements
     _mark_materialized(graph, statements, plan)
-    return statements
+    _rematerialize(graph, statements, plan)
+    statements = [s for s in statements if not isinstance(s, Group) or s.members]  # none: dead
+    return _tile(graph, statements, plan)
 
 
 def _new_group(plan, shape, last_group, node, nid):
@@ -151,3 +194,319 @@ def _mark_materialized(graph, statements, plan):
                 break
             if m in outputs:
                 stmt.materialized.add(m)
+
+
+def _cheap(node):
+    if node.op == "integer_pow":
+        return abs(dict(node.params)["n"]) <= CHEAP_INTEGER_POW
+    return node.op in CHEAP
+
+
+def _rematerialize(graph, statements, plan):
+    """Stop storing cheap members that only later loop nests read: each reader group computes
+    them again (they become ``clones`` there, with the cheap, unstored members they are made
+    of), from stored values. Decided value by value in program order, when the readers' loops
+    together load no more arrays of their full size than the store and loads it saves: at most
+    one more than the number of reader groups. Members that nothing reads any more are dropped
+    from their group."""
+    nodes = graph.nodes
+    outputs = set(graph.outputs)
+    consumers = {}
+    for nid, node in enumerate(nodes):
+        for o in node.operands:
+            consumers.setdefault(o, []).append(nid)
+    home = {nid: stmt for nid, (stmt, _) in plan.home.items()}
+    stored = set()
+    for stmt in statements:
+        if isinstance(stmt, Group):
+            stored |= stmt.materialized
+
+    def size(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
+    def streams(group, nid, seen):
+        """The arrays of the group's full size that reading node ``nid`` in ``group`` loads."""
+        node = nodes[nid]
+        if nid in group.member_set and node.op not in REDUCTIONS:
+            return
+        if node.op in INDEX_MAPS and nid not in stored:
+            for o in node.operands:  # gathered again from its source
+                if nodes[o].shape != ():
+                    streams(group, o, seen)
+            return
+        if size(node.shape) == size(group.shape) and node.shape != ():
+            seen.add(nid)
+
+    def group_streams(group):
+        seen = set()
+        for m in group.members:
+            if nodes[m].op not in INDEX_MAPS:
+                for o in nodes[m].operands:
+                    streams(group, o, seen)
+        return seen
+
+    def cone(group, nid, out):
+        """Adds to ``out`` the members that ``group`` must compute to read ``nid`` without a
+        stored copy; False if one of them is not cheap."""
+        node = nodes[nid]
+        if nid in group.member_set or nid in out:
+            return True
+        if not (isinstance(home.get(nid), Group) and node.op not in REDUCTIONS
+                and node.op not in INDEX_MAPS and nid not in stored):
+            return True  # readable as it is: an input, a Single, a stored member, an index map
+        if not _cheap(node) or len(out) >= REMAT_CONE:
+            return False
+        out.add(nid)
+        return all(cone(group, o, out) for o in node.operands)
+
+    for stmt in statements:
+        if not isinstance(stmt, Group):
+            continue
+        for m in list(stmt.members):
+            if m not in stored or m in outputs or not _cheap(nodes[m]):
+                continue
+            readers = []
+            for c in consumers.get(m, ()):
+                h = home.get(c)
+                if nodes[c].op in INDEX_MAPS or not isinstance(h, Group) \
+                        or c not in h.member_set:
+                    break
+                if h is not stmt and h not in readers:
+                    readers.append(h)
+            else:
+                if not readers:
+                    continue
+                stored.discard(m)  # as if not stored: what would each reader recompute?
+                plans = []
+                for h in readers:
+                    add = set()
+                    if not cone(h, m, add):
+                        break
+                    before = group_streams(h)
+                    after = set(before)
+                    after.discard(m)
+                    for k in add:
+                        for o in nodes[k].operands:
+                            if o not in add:
+                                streams(h, o, after)
+                    plans.append((h, add, len(after - before)))
+                else:
+                    if sum(extra for _, _, extra in plans) <= len(readers) + 1:
+                        stmt.materialized.discard(m)
+                        for h, add, _ in plans:
+                            # clones read only stored values and each other: they go first,
+                            # in program order
+                            h.clones |= add
+                            h.member_set |= add
+                            h.members = sorted(h.clones) + [k for k in h.members
+                                                            if k not in h.clones]
+                        continue
+                stored.add(m)
+    for stmt in statements:
+        if isinstance(stmt, Group):
+            _drop_dead_members(graph, stmt)
+
+
+def _drop_dead_members(graph, group):
+    """Keeps the members that are stored, reductions, or read by a kept member."""
+    live = set()
+    for m in reversed(group.members):
+        node = graph.nodes[m]
+        if m in group.materialized or node.op in REDUCTIONS or m in live:
+            live.add(m)
+            live.update(o for o in node.operands if o in group.member_set)
+    group.members = [m for m in group.members if m in live]
+    group.member_set = set(group.members)
+    group.clones &= group.member_set
+
+
+# -- tiling the batch axis -------------------------------------------------------------------
+
+def _tile_rows(extent, row_bytes):
+    """The rows per tile: the largest divisor of ``extent`` whose tile of the widest array fits
+    TILE_BYTES, with at least two tiles; None when there is none worth having."""
+    best = None
+    for t in range(MIN_TILE_ROWS, extent // 2 + 1):
+        if extent % t == 0 and t * row_bytes <= TILE_BYTES:
+            best = t
+    return best
+
+
+def _tile(graph, statements, plan):
+    """Runs the statements over the rows of one leading axis in tiles (``TileBegin``/``TileEnd``
+    around them) when that axis is a batch axis: every row-wise statement computes row i of
+    its result from row i of the others. Such statements are the groups whose shape leads with
+    that extent, reshapes that keep it, products of a row-wise left operand by a matrix computed
+    before the loop, and reductions and products that sum over it (accumulated across tiles,
+    row by row in order, so sums come out as without tiles). Statements before the loop are
+    those that read nothing computed in it; statements after it read its results. If a
+    row-wise statement needs one of those, nothing is tiled."""
+    nodes = graph.nodes
+    groups = [st for st in statements if isinstance(st, Group) and st.shape]
+    if not groups:
+        return statements
+
+    def size(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
+    extent = max(groups, key=lambda g: size(g.shape)).shape[0]
+    row_groups = [g for g in groups if g.shape[0] == extent]
+    row_bytes = max(size(g.shape[1:]) * graph.nodes[g.members[0]].dtype.numpy.itemsize
+                    for g in row_groups)
+    tile = _tile_rows(extent, row_bytes)
+    if tile is None:
+        return statements
+    stored = set()
+    for st in statements:
+        if isinstance(st, Group):
+            stored |= st.materialized
+    producer = {}
+    for st in statements:
+        for m in (st.members if isinstance(st, Group) else (st.nid,)):
+            producer.setdefault(m, st)
+
+    def sources(nid, out):
+        """The stored values read to read ``nid`` (an index map not stored is gathered from its
+        source again)."""
+        node = nodes[nid]
+        if node.op in INDEX_MAPS and nid not in stored and isinstance(plan.home.get(nid, (None,))[0], Group):
+            for o in node.operands:
+                sources(o, out)
+        else:
+            out.add(nid)
+
+    def reads(st):
+        out = set()
+        if isinstance(st, Group):
+            for m in st.members:
+                if nodes[m].op in INDEX_MAPS:
+                    for o in nodes[m].operands:
+                        out.add(o)
+                    continue
+                for o in nodes[m].operands:
+                    if o not in st.member_set or nodes[o].op in REDUCTIONS:
+                        sources(o, out)
+            out -= {m for m in st.members if nodes[m].op not in REDUCTIONS}
+        else:
+            for o in nodes[st.nid].operands:
+                sources(o, out)
+        return out
+
+    # A loop nest that reads only arrays from before the loop runs in it too (the first layer
+    # of a batch, say), unless a statement must read its result across rows (reversed over
+    # the rows, ...): then it runs before the loop, in full, and the loop is planned again.
+    ahead = set()
+    for _ in range(len(statements)):
+        planned = _plan_tiles(graph, statements, extent, tile, reads, producer, ahead)
+        if not isinstance(planned, set):
+            return planned
+        if not planned or planned <= ahead:
+            return statements
+        ahead |= planned
+    return statements
+
+
+def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead):
+    """The statements with the tile loop, or the statements that would have to run ahead of
+    it for it to exist (an empty set: no loop)."""
+    nodes = graph.nodes
+    begin = TileBegin(extent, tile)
+    inside, before, after = [], [], []
+    late = set()   # values computed after the loop
+    pure = set()   # ids of loop nests in the loop that read nothing computed in it
+    for st in statements:
+        r = reads(st)
+        if id(st) in ahead:
+            before.append(st)
+            continue
+        row_wise = _row_wise(graph, st, extent, begin, r)
+        if r & late:
+            if row_wise:
+                return set()  # a row-wise statement would wait for the loop's results
+            after.append(st)
+            late |= set(st.members) if isinstance(st, Group) else {st.nid}
+            continue
+        if row_wise:
+            inside.append(st)
+            if isinstance(st, Group):
+                if not r & (begin.values | begin.accumulated):
+                    pure.add(id(st))
+                for m in st.members:
+                    node = nodes[m]
+                    if node.op in REDUCTIONS and 0 in dict(node.params)["axes"]:
+                        begin.accumulated.add(m)
+                    else:
+                        begin.values.add(m)
+            elif _contracts_rows(graph, st.nid, begin):
+                begin.accumulated.add(st.nid)
+            else:
+                begin.values.add(st.nid)
+        elif r & (begin.values | begin.accumulated):
+            blocking = {id(producer[o]) for o in r & begin.values}
+            if isinstance(st, Group) and blocking and blocking <= pure:
+                return blocking  # would be row-wise if those ran ahead of the loop
+            after.append(st)
+            late |= set(st.members) if isinstance(st, Group) else {st.nid}
+        else:
+            before.append(st)
+    if not inside or not any(isinstance(st, Single) for st in inside):
+        return set()  # only loop nests: tiles would gain nothing
+    for st in after:
+        begin.exports |= reads(st) & begin.values
+    begin.exports |= set(graph.outputs) & begin.values
+    return before + [begin] + inside + [TileEnd(begin)] + after
+
+
+def _contracts_rows(graph, nid, begin):
+    node = graph.nodes[nid]
+    if node.op != "dot_general":
+        return False
+    (lc, rc), _ = dict(node.params)["dimension_numbers"]
+    return 0 in lc
+
+
+def _row_wise(graph, st, extent, begin, reads):
+    """Can ``st`` run tile by tile, given what the loop computes so far (``begin.values``)?"""
+    nodes = graph.nodes
+    tiles = begin.values
+    if isinstance(st, Group):
+        if not st.shape or st.shape[0] != extent:
+            return False
+        for m in st.members:
+            node = nodes[m]
+            if node.op not in INDEX_MAPS or node.operands[0] not in tiles:
+                continue
+            params = dict(node.params)  # a tile must keep its rows where they are
+            if node.op == "broadcast_in_dim" and params["broadcast_dimensions"][:1] != (0,):
+                return False
+            if node.op == "transpose" and params["permutation"][0] != 0:
+                return False
+            if node.op == "rev" and 0 in params["dimensions"]:
+                return False
+            if node.op == "slice" and (params["start_indices"][0] != 0
+                                       or params["strides"][0] != 1):
+                return False
+        return all(o not in begin.accumulated for o in reads)
+    node = nodes[st.nid]
+    if not any(o in tiles for o in node.operands):
+        return False
+    if node.op == "reshape":
+        new_shape = tuple(dict(node.params)["new_shape"])
+        return new_shape[:1] == (extent,) and nodes[node.operands[0]].shape[:1] == (extent,)
+    if node.op != "dot_general":
+        return False
+    (lc, rc), (lb, rb) = dict(node.params)["dimension_numbers"]
+    lhs, rhs = node.operands
+    if lb or rb:
+        return False
+    if lhs in tiles and rhs not in tiles and rhs not in begin.accumulated:
+        return 0 not in lc     # rows of the left operand are the rows of the product
+    if lhs in tiles and rhs in tiles:
+        return 0 in lc and 0 in rc and lc.index(0) == rc.index(0)  # sums over the rows
+    return False

@@ -9,12 +9,13 @@ Numba runtime and loads without Numba.
 """
 
 import math
+import re
 
 import numpy as np
 
 from quabla.core.primitives import PRIMITIVES
 from ..buffers import ScratchPlan
-from ..schedule import INDEX_MAPS, REDUCTIONS, Group, schedule
+from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, schedule
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
 
@@ -90,19 +91,110 @@ class _Emitter:
         for nid, node in enumerate(graph.nodes):
             for o in node.operands:
                 self.consumers.setdefault(o, []).append(nid)
+        self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
+        self.loop_end = 0    # index of its TileEnd
+        self.indent = 0      # extra indentation: 1 inside the tile loop
+        self.shapes = {}     # variable -> the shape of the array it names, where known
+        self.slot_of = {}    # variable in the scratch buffers -> (dtype name, offset)
+        self.views = {}      # (dtype name, offset, shape) -> a variable passed in as that view
+        self.hoisted = {}    # product in a tile loop -> its right operand, arranged before it
 
     def emit(self, line, depth=1):
-        self.lines.append("    " * depth + line)
+        self.lines.append("    " * (depth + self.indent) + line)
+
+    # -- tiles: inside the tile loop, values computed there are tiles of ``tile`` rows; arrays
+    #    from before it hold every row, read at row ``r + i0`` --------------------------------
+    def in_tile(self, nid):
+        return self.tile is not None and nid in self.tile.values
+
+    def local_shape(self, nid):
+        """The shape of node ``nid``'s array where it is being emitted: a tile in the loop."""
+        shape = tuple(self.nodes[nid].shape)
+        return (self.tile.tile,) + shape[1:] if self.in_tile(nid) else shape
+
+    def rows(self, nid, idx):
+        """``idx`` (loop indices of a tile) for reading node ``nid``'s array: the global row if
+        that array holds all rows."""
+        if self.tile is None or self.in_tile(nid) or not idx:
+            return list(idx)
+        return self.global_rows(idx)
+
+    @staticmethod
+    def global_rows(idx):
+        return [f"(r + {idx[0]})"] + list(idx[1:])
+
+    def begin_tile(self, begin, end, singles):
+        """Accumulators, full-size copies of exported tiles, and right operands of the loop's
+        products that are computed before it and need copying (see ``operand_2d``), then the
+        loop header."""
+        for nid in sorted(begin.accumulated):
+            node = self.nodes[nid]
+            if node.op in REDUCTIONS:
+                self.reduction_init(node, nid)
+            else:  # a product summed over the rows
+                B, M, K, N = self.product_dims(node)
+                self.alloc(f"tv{nid}", (B, M, N), node.dtype, fill="0", result=nid,
+                           expiry=self.last_use.get(nid, self.now))
+        for nid in sorted(begin.exports):
+            node = self.nodes[nid]
+            self.alloc(f"f{nid}", node.shape, node.dtype, result=nid,
+                       expiry=self.last_use.get(nid, self.now))
+        self.loop_end = end
+        shared = {}  # operands arranged alike are copied once
+        for nid in singles:
+            node = self.nodes[nid]
+            if node.op == "dot_general" and node.shape and node.operands[1] not in begin.values:
+                self.tile = begin  # shapes as in the loop
+                key = (node.operands[1], dict(node.params)["dimension_numbers"][0][1],
+                       self.product_dims(node))
+                if key not in shared:
+                    shared[key] = self.rhs_operand(node, f"tv{nid}b", expiry=end)
+                self.hoisted[nid] = shared[key]
+                self.tile = None
+        self.emit(f"for r in range(0, {begin.extent}, {begin.tile}):")
+        self.indent += 1
+        self.tile = begin
+
+    def end_tile(self, begin):
+        self.indent -= 1
+        self.tile = None
+        for nid in sorted(begin.accumulated):
+            node = self.nodes[nid]
+            if node.op == "dot_general":
+                self.product_result(node, f"v{nid}", f"tv{nid}")
+        for nid in sorted(begin.exports):
+            var, full = f"v{nid}", f"f{nid}"
+            self.emit(f"{var} = {full}")
+            for key in [k for k, v in self.views.items() if v == var]:
+                del self.views[key]  # the name is the full array from here on
+            for table in (self.root, self.slot_of, self.shapes, self.result_of):
+                table.pop(var, None)
+                if full in table:
+                    table[var] = table[full]
+
+    def export(self, nid):
+        """Copies the tile of ``nid`` into its full-size array, if statements after the loop
+        (or the outputs) read it."""
+        if self.tile is None or nid not in self.tile.exports:
+            return
+        shape = self.local_shape(nid)
+        idx = [f"i{k}" for k in range(len(shape))]
+        full = self.global_rows(idx)
+        self.loops(shape, f"f{nid}[{', '.join(full)}] = v{nid}[{', '.join(idx)}]")
 
     def alloc(self, var, shape, dtype, fill=None, result=None, expiry=None):
         """``var`` = an array of ``shape``: the result array of output node ``result``, else a
         slot of the scratch buffer of its dtype (see lowering/buffers.py), free again after
         statement ``expiry`` (the last reader of node ``var``; this statement for temporaries)."""
         shape = tuple(shape)
+        if var[0] == "v" and self.in_tile(node_id(var)):
+            # a tile: scratch (an exported one is copied out), free after the loop at the latest
+            result = None
+            expiry = min(self.last_use.get(node_id(var), self.now), self.loop_end)
         k = self.results.get(result)
         if k is not None and self.nodes[result].shape != ():
             same = shape == tuple(self.nodes[result].shape)
-            self.emit(f"{var} = r{k}" if same else f"{var} = {reshaped(f'r{k}', shape)}")
+            self.emit(f"{var} = r{k}" if same else f"{var} = {_view(f'r{k}', shape)}")
             self.result_of[var] = k
         else:
             size = int(np.prod(shape, dtype=np.int64))
@@ -111,8 +203,39 @@ class _Emitter:
             start = self.plan.take(var, dtype.name, size, expiry)
             self.slots.append((var, dtype.name, start, shape))  # viewed in the prologue
             self.root[var] = var
+            self.slot_of[var] = (dtype.name, start)
+            self.views[(dtype.name, start, shape)] = var
+        self.shapes[var] = shape
         if fill is not None:
             self.emit(f"{var}.fill({fill})")
+
+    def reshaped(self, name, shape, var=None):
+        """``name`` seen with ``shape`` (C order), as ``var`` if given: ``name`` itself when
+        it has that shape already, another view of its scratch slot when it lives in one (made
+        in the prologue with the others, once per slot and shape), else a view of its data."""
+        shape = tuple(shape)
+        if self.shapes.get(name) == shape and var is None:
+            return name
+        slot = self.slot_of.get(name)
+        if slot is not None:
+            # the same memory seen the same way is the same array: one argument for it
+            known = name if self.shapes.get(name) == shape else self.views.get(slot + (shape,))
+            if known is None:
+                known = self.views[slot + (shape,)] = var or f"{name}_{len(self.slots)}"
+                self.slots.append((known, slot[0], slot[1], shape))
+            elif var is not None:
+                self.emit(f"{var} = {known}")
+            var = var or known
+            self.slot_of[var] = slot
+            self.root[var] = self.root.get(name, name)
+        elif var is None:
+            return _view(name, shape)
+        elif self.shapes.get(name) == shape:
+            self.emit(f"{var} = {name}")
+        else:
+            self.emit(f"{var} = {_view(name, shape)}")
+        self.shapes[var] = shape
+        return var
 
     def view(self, var, of, nid):
         """``var`` (node ``nid``) is a view of ``of``: it keeps the slot of ``of`` alive."""
@@ -132,7 +255,7 @@ class _Emitter:
             return self.gather(node, group, idx)  # an index map of another group: gather again
         if node.shape == ():
             return f"v{nid}"
-        return f"v{nid}[{', '.join(idx)}]"
+        return f"v{nid}[{', '.join(self.rows(nid, idx))}]"
 
     def scalar_expr(self, node, args):
         prim = PRIMITIVES[node.op]
@@ -150,6 +273,7 @@ class _Emitter:
         src = self.nodes[source]
         if src.shape == ():
             return f"v{source}"
+        idx = self.rows(source, idx)
         params = dict(node.params)
         if node.op == "broadcast_in_dim":
             sidx = [idx[d] for d in params["broadcast_dimensions"]]
@@ -171,7 +295,9 @@ class _Emitter:
 
     # -- statements --------------------------------------------------------------------------
     def group(self, group):
-        shape = group.shape
+        shape = tuple(group.shape)
+        if self.tile is not None:
+            shape = (self.tile.tile,) + shape[1:]
         self.stored |= group.materialized
         idx = [f"i{k}" for k in range(len(shape))]
         for m in group.members:
@@ -199,6 +325,11 @@ class _Emitter:
             self.emit(f"s{m} = {expr}", depth)
             if m in group.materialized:
                 self.emit(f"v{m}[{', '.join(idx)}] = s{m}", depth)
+            if self.tile is not None and m in self.tile.exports:
+                self.emit(f"f{m}[{', '.join(self.global_rows(idx))}] = s{m}", depth)
+        for m in group.members:
+            if self.nodes[m].op in REDUCTIONS:
+                self.export(m)
 
     def single_uses(self, group):
         """Members read exactly once, by another member whose template names that operand once:
@@ -220,19 +351,23 @@ class _Emitter:
         }
 
     def consumers_in(self, nid, group):
-        return all(c in group.member_set for c in self.consumers.get(nid, ()))
+        """Every reader of ``nid`` is in ``group``; a clone (a member recomputed here, see
+        schedule._rematerialize) has readers elsewhere too, but here only these read it."""
+        return nid in group.clones or all(c in group.member_set for c in self.consumers.get(nid, ()))
 
     _INIT = {"reduce_sum": "0", "reduce_max": "-math.inf", "reduce_min": "math.inf",
              "reduce_or": "False", "reduce_and": "True"}
 
     def reduction_init(self, node, nid):
+        if self.tile is not None and nid in self.tile.accumulated:
+            return  # initialised before the tile loop
         init = self._INIT[node.op]
         if node.op in ("reduce_sum", "reduce_max", "reduce_min"):
             init = _literal(float(eval(init, {"math": math})), node.dtype)
         if node.shape == ():
             self.emit(f"v{nid} = {init}")
         else:
-            self.alloc(f"v{nid}", node.shape, node.dtype, fill=init, result=nid)
+            self.alloc(f"v{nid}", self.local_shape(nid), node.dtype, fill=init, result=nid)
 
     def reduction_step(self, node, nid, group, idx, depth):
         axes = dict(node.params)["axes"]
@@ -272,16 +407,18 @@ class _Emitter:
 
             raise UnsupportedOperationError(op=op, device="cpu")
         handler(node, out, args, **params)
+        self.export(nid)
 
     # -- whole-array operations ----------------------------------------------------------------
     def op_reshape(self, node, out, args, new_shape):
+        new_shape = self.local_shape(node_id(out))
         src = self.nodes[node.operands[0]]
         if src.shape == ():
             self.alloc(out, new_shape, node.dtype, fill=args[0], result=node_id(out))
         elif new_shape == ():
             self.emit(f"{out} = {args[0]}[{', '.join('0' * len(src.shape))}]")
         else:
-            self.emit(f"{out} = {reshaped(args[0], new_shape)}")
+            self.reshaped(args[0], new_shape, out)
             self.view(out, args[0], node_id(out))
 
     def op_pad(self, node, out, args, low, high, interior):
@@ -309,47 +446,125 @@ class _Emitter:
             self.loops(shape, f"{out}[{', '.join(target)}] = {name}[{', '.join(idx)}]")
             offset += shape[axis]
 
+    def product_dims(self, node):
+        """(B, M, K, N) of a dot_general where it is emitted (a tile's rows in the loop)."""
+        (lc, rc), (lb, rb) = dict(node.params)["dimension_numbers"]
+        lshape, rshape = (self.local_shape(o) for o in node.operands)
+        lf = [d for d in range(len(lshape)) if d not in lc and d not in lb]
+        rf = [d for d in range(len(rshape)) if d not in rc and d not in rb]
+        prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
+        return prod(lshape, lb), prod(lshape, lf), prod(lshape, lc), prod(rshape, rf)
+
+    def product_result(self, node, out, t):
+        if node.shape == ():
+            self.emit(f"{out} = {t}[0, 0, 0]")
+        else:
+            self.reshaped(t, self.local_shape(node_id(out)), out)
+            self.view(out, t, node_id(out))
+
     def op_dot_general(self, node, out, args, dimension_numbers):
         """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
-        BLAS (np.dot, which needs SciPy) for large products, a vectorisable loop nest else."""
+        BLAS (np.dot, which needs SciPy) for large products, a vectorisable loop nest else.
+        In a tile loop, a product that sums over the rows adds each tile's part to its
+        accumulator (set up before the loop)."""
         (lc, rc), (lb, rb) = dimension_numbers
         lhs, rhs = (self.nodes[o] for o in node.operands)
         if lhs.shape == () or rhs.shape == ():
             self.emit(f"{out} = {args[0]} * {args[1]}")
             return
-        lf = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
-        rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
-        prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
-        B, M, K, N = prod(lhs.shape, lb), prod(lhs.shape, lf), prod(lhs.shape, lc), prod(rhs.shape, rf)
+        nid = node_id(out)
+        lshape, rshape = (self.local_shape(o) for o in node.operands)
+        lf = [d for d in range(len(lshape)) if d not in lc and d not in lb]
+        rf = [d for d in range(len(rshape)) if d not in rc and d not in rb]
+        B, M, K, N = self.product_dims(node)
+        blas, _ = self.blas_2d(node)
         t = f"t{out}"
-        self.arrange(f"{t}a", args[0], lhs, tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
-        self.arrange(f"{t}b", args[1], rhs, tuple(rb) + tuple(rc) + tuple(rf), (B, K, N))
-        self.alloc(t, (B, M, N), node.dtype, result=node_id(out),
-                   expiry=self.last_use.get(node_id(out), self.now))
-        if B * M * N * K >= BLAS_THRESHOLD and blas_available():
-            self.emit(f"for b in range({B}):")
-            self.emit(f"np.dot({t}a[b], {t}b[b], {t}[b])", 2)
+        accumulate = self.tile is not None and nid in self.tile.accumulated
+        target = f"p{out}" if accumulate else t
+        expiry = self.now if accumulate else self.last_use.get(nid, self.now)
+        if self.in_tile(nid):
+            expiry = min(expiry, self.loop_end)
+        result = nid if self.tile is None else None
+        if blas and B == 1:
+            # one 2-d product: a transposed operand is passed as a transposed view (BLAS reads
+            # it in place), not copied into a permuted scratch array first
+            a = self.operand_2d(f"{t}a", args[0], lshape, lf, lc, M, K, lhs.dtype)
+            b = self.hoisted.get(nid) or self.rhs_operand(node, f"{t}b")
+            self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
+            self.emit(f"np.dot({a}, {b}, {self.reshaped(target, (M, N))})")
         else:
-            self.emit(f"_matmul({t}a, {t}b, {t})")
-        if node.shape == ():
-            self.emit(f"{out} = {t}[0, 0, 0]")
+            a = self.arrange(f"{t}a", args[0], lshape, lhs.dtype,
+                             tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
+            b = self.hoisted.get(nid) or self.rhs_operand(node, f"{t}b")
+            self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
+            if blas:
+                self.emit(f"for b in range({B}):")
+                self.emit(f"np.dot({a}[b], {b}[b], {target}[b])", 2)
+            else:
+                self.emit(f"_matmul({a}, {b}, {target})")
+        if accumulate:
+            self.loops((B, M, N), f"{t}[i0, i1, i2] += {target}[i0, i1, i2]")
         else:
-            self.emit(f"{out} = {reshaped(t, node.shape)}")
-            self.view(out, t, node_id(out))
+            self.product_result(node, out, t)
 
-    def arrange(self, target, name, node, perm, shape3):
-        """``target`` = the operand with axes in ``perm`` order, as a C-contiguous 3-d array;
-        a permutation is copied with loops (cheaper to compile than np.ascontiguousarray)."""
-        if perm != tuple(range(len(node.shape))):
-            permuted = tuple(node.shape[p] for p in perm)
-            self.alloc(target, permuted, node.dtype)
+    def blas_2d(self, node):
+        """Does this product go to BLAS as a single 2-d product?"""
+        B, M, K, N = self.product_dims(node)
+        work = B * M * N * K
+        if self.tile is not None:  # the whole product decides, not one tile of it
+            work = work * (self.tile.extent // self.tile.tile)
+        return work >= BLAS_THRESHOLD and blas_available(), B == 1
+
+    def rhs_operand(self, node, target, expiry=None):
+        """The right operand of a product as the kernel takes it: (contraction, cols) for a
+        2-d BLAS product, else (batch, contraction, cols). For BLAS it is copied when it would
+        be a transposed view and the product has 16 rows or more: OpenBLAS multiplies by a
+        transposed right operand ~1.5x slower (1024x32 @ 32x32: 57 us instead of 38 us), and
+        the copy is the size of one operand row block at most."""
+        (lc, rc), (lb, rb) = dict(node.params)["dimension_numbers"]
+        rhs = self.nodes[node.operands[1]]
+        rshape = self.local_shape(node.operands[1])
+        rf = [d for d in range(len(rshape)) if d not in rc and d not in rb]
+        B, M, K, N = self.product_dims(node)
+        name = f"v{node.operands[1]}"
+        blas, two_d = self.blas_2d(node)
+        if blas and two_d:
+            return self.operand_2d(target, name, rshape, rc, rf, K, N, rhs.dtype,
+                                   copy_transposed=M >= 16, expiry=expiry)
+        return self.arrange(target, name, rshape, rhs.dtype, tuple(rb) + tuple(rc) + tuple(rf),
+                            (B, K, N), expiry=expiry)
+
+    def operand_2d(self, target, name, shape, first, second, rows, cols, dtype=None,
+                   copy_transposed=False, expiry=None):
+        """An expression for the operand (of ``shape``) with axes ``first`` as rows and
+        ``second`` as columns, as a 2-d array that np.dot takes without a copy: a reshape when
+        those axes are already in memory order, the transpose of one when they are in the
+        opposite order (an F-order view, which BLAS reads as transposed), else a copy into a
+        C-contiguous scratch array."""
+        order = lambda dims: [d for d in dims if shape[d] != 1]
+        increasing = lambda dims: all(a < b for a, b in zip(dims, dims[1:]))
+        if increasing(order(first) + order(second)):
+            return self.reshaped(name, (rows, cols))
+        if increasing(order(second) + order(first)) and not copy_transposed:
+            return self.reshaped(name, (cols, rows)) + ".T"
+        name = self.arrange(target, name, shape, dtype, tuple(first) + tuple(second),
+                            (1, rows, cols), expiry=expiry)
+        return self.reshaped(name, (rows, cols))
+
+    def arrange(self, target, name, shape, dtype, perm, shape3, expiry=None):
+        """The operand (of ``shape``) with axes in ``perm`` order, as a C-contiguous 3-d array
+        (returns its variable); a permutation is copied with loops into ``target`` (cheaper to
+        compile than np.ascontiguousarray)."""
+        if perm != tuple(range(len(shape))):
+            permuted = tuple(shape[p] for p in perm)
+            self.alloc(target, permuted, dtype, expiry=expiry)
             source = [None] * len(perm)
             for k, p in enumerate(perm):
                 source[p] = f"i{k}"
             idx = ", ".join(f"i{k}" for k in range(len(perm)))
             self.loops(permuted, f"{target}[{idx}] = {name}[{', '.join(source)}]")
             name = target
-        self.emit(f"{target} = {reshaped(name, shape3)}")
+        return self.reshaped(name, shape3, f"{target}3")
 
     def op_solve(self, node, out, args):
         rank = len(self.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
@@ -370,7 +585,7 @@ class _Emitter:
         for name, shape in workspaces:
             self.alloc(name, shape, _FLOAT64)
         batch = int(np.prod(node.shape, dtype=np.int64)) // int(np.prod(matrices[-1]))
-        views = [f"{reshaped(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
+        views = [f"{_view(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
         self.emit(f"for b in range({batch}):")
         self.emit(f"{kernel}({', '.join(views + [name for name, _ in workspaces])})", 2)
 
@@ -378,16 +593,29 @@ class _Emitter:
 def _last_uses(graph, statements):
     """Node id -> index of the last statement reading it (outputs live to the end). Reading an
     index map may gather from its source again (see ``_Emitter.read``), so that reads the
-    source too."""
+    source too. What a tile loop reads from before it is read again by every tile: it lives
+    until the loop's end."""
     last = {}
+    loop = None  # the values read in the tile loop being scanned
 
     def mark(o, k):
         last[o] = k
+        if loop is not None:
+            loop.add(o)
         if graph.nodes[o].op in INDEX_MAPS:
             for source in graph.nodes[o].operands:
                 mark(source, k)
 
     for k, stmt in enumerate(statements):
+        if isinstance(stmt, TileBegin):
+            loop = set()
+            continue
+        if isinstance(stmt, TileEnd):
+            made = stmt.begin.values | stmt.begin.accumulated
+            for o in loop - made:
+                last[o] = max(last[o], k)
+            loop = None
+            continue
         for nid in stmt.members if isinstance(stmt, Group) else (stmt.nid,):
             for o in graph.nodes[nid].operands:
                 mark(o, k)
@@ -401,7 +629,7 @@ def node_id(var):
     return int(var[1:])
 
 
-def reshaped(var, shape):
+def _view(var, shape):
     """A view of the C-contiguous array ``var`` with ``shape`` (no Numba reshape: its error
     path needs Numba's runtime)."""
     return f"carray(_data({var}), {tuple(shape)})"
@@ -417,12 +645,20 @@ def generate(graph):
     arrays and the scratch buffers (``(dtype name, elements)`` each) that follow the inputs and
     results in its argument tuple."""
     e = _Emitter(graph)
+    for nid in graph.inputs:
+        e.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
     statements = schedule(graph)
     e.last_use = _last_uses(graph, statements)
     for k, stmt in enumerate(statements):
         e.now = k
         if isinstance(stmt, Group):
             e.group(stmt)
+        elif isinstance(stmt, TileBegin):
+            end = next(j for j in range(k, len(statements)) if isinstance(statements[j], TileEnd))
+            e.begin_tile(stmt, end, [st.nid for st in statements[k + 1:end]
+                                     if not isinstance(st, Group)])
+        elif isinstance(stmt, TileEnd):
+            e.end_tile(stmt.begin)
         else:
             e.single(stmt.nid)
         e.plan.release(k)
@@ -449,7 +685,10 @@ def generate(graph):
         prologue.append(f"c{k} = {_argument(first + k, _Named(dtype), c.shape)}")
     names = sorted(e.plan.size)
     first += len(e.constants)
+    named = set(re.findall(r"[A-Za-z_]\w*", "\n".join(e.lines)))
     for var, name, start, shape in e.slots:
+        if var not in named:  # a view the code never uses: no Numba compile time for it
+            continue
         prologue.append(f"{var} = {_argument(first + names.index(name), _Named(name), shape, start)}")
     head = f"def {FUNCTION_NAME}(args):"
     body = [head] + ["    " + line for line in prologue] + e.lines

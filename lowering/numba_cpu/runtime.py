@@ -7,7 +7,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from quabla.core.rules.elementwise import power_by_squaring
 
@@ -42,6 +42,76 @@ def _logistic(x):
 
 
 _power_by_squaring = _inline(power_by_squaring)
+
+
+# -- tanh: libm's is a call per element (~10 ns) that stops LLVM from vectorising the loop; this
+#    one is branch-free straight-line code (Cephes' rational form below 0.625, fdlibm's exp
+#    above), within ~1.3 ulp of the exact value (libm's: ~2.1 ulp), NaN, +-inf and -0.0 kept --
+
+@intrinsic
+def _f64_from_bits(typingctx, bits):
+    """The float64 whose bit pattern is the int64 ``bits`` (vectorises: a register move)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _select(typingctx, cond, a, b):
+    """``a if cond else b`` as one LLVM select: both sides are computed, no branch."""
+    def codegen(context, builder, signature, args):
+        return builder.select(args[0], args[1], args[2])
+    return a(types.boolean, a, a), codegen
+
+
+@_inline
+def _exp_0_45(x):
+    """exp(x) for 0 <= x <= 45 (fdlibm's reduction and rational approximation, < 1 ulp); the
+    power of two is built from its bits, so there is no call and no table."""
+    k = math.floor(x * 1.4426950408889634 + 0.5)
+    hi = x - k * 6.93147180369123816490e-01
+    lo = k * 1.90821492927058770002e-10
+    r = hi - lo
+    t = r * r
+    c = r - t * (1.66666666666666019037e-01 + t * (-2.77777777770155933842e-03 + t * (
+        6.61375632143793436117e-05 + t * (-1.65339022054652515390e-06
+                                          + t * 4.13813679705723846039e-08))))
+    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+    return y * _f64_from_bits((np.int64(k) + 1023) << 52)
+
+
+@_inline
+def _tanh64(x):
+    """tanh(x) = x + x z P(z) / Q(z) with z = x * x for |x| < 0.625, else
+    sign(x) (1 - 2 / (exp(2 |x|) + 1)) with |x| clamped to 22 (tanh rounds to 1 there). Both
+    sides share one division, and every choice is a select, so a loop around it vectorises."""
+    ax = abs(x)
+    z = x * x
+    e = _exp_0_45(2.0 * _select(ax < 22.0, ax, 22.0))  # NaN -> 22: the exp stays finite
+    small = ax < 0.625
+    p = ((-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z
+         - 1.61468768441708447952e3)
+    q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z \
+        + 4.84406305325125486048e3
+    t = _select(small, x * z * p, -2.0) / _select(small, q, e + 1.0)
+    big = 1.0 + t
+    res = _select(small, _select(x != 0.0, x + t, x), _select(x < 0.0, -big, big))
+    return _select(ax == ax, res, x)  # NaN: x itself
+
+
+def _tanh(x):
+    """tanh in generated code: the vectorisable float64 version above (float32 rounds it, which
+    is more accurate than libm's tanhf and still vectorises). Called from Python: NumPy's."""
+    return np.tanh(x)
+
+
+@overload(_tanh, inline="always")
+def _tanh_overload(x):
+    if isinstance(x, types.Float) and x.bitwidth == 64:
+        return lambda x: _tanh64(x)
+    if isinstance(x, types.Float) and x.bitwidth == 32:  # rounded from float64: <= 0.5 ulp
+        return lambda x: np.float32(_tanh64(np.float64(x)))
+    return lambda x: math.tanh(x)
 
 
 @_inline
@@ -122,11 +192,13 @@ def _data(typingctx, array):
 
 
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
-           and name not in ("_inline", "_power_by_squaring", "_byte_pointer", "_field")]
+           and name not in ("_inline", "_power_by_squaring", "_byte_pointer", "_field",
+                            "_tanh_overload", "_select", "_f64_from_bits", "_exp_0_45",
+                            "_tanh64")]
 
 
 # -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and
-#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives -------------------
+#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives
 
 @numba.njit(error_model="numpy", cache=True)
 def _matmul(a, b, out):

@@ -1,0 +1,307 @@
+"""The loop-nest optimisations of the Numba CPU back end against the reference interpreter:
+
+- the vectorisable tanh of ``lowering/numba_cpu/runtime.py`` (accuracy, special values);
+- rematerialisation (``schedule._rematerialize``): cheap values that later loop nests compute
+  again instead of loading a stored copy;
+- tiles of the batch axis (``schedule._tile``): row-wise statements run block by block of rows,
+  with sums over the rows accumulated, values needed after the loop exported, and programs
+  that cannot run that way left alone;
+- matrix products with transposed operands (views or copies for BLAS), scratch slot layout.
+
+No timing here: what is checked is that the optimised code computes what the interpreter does.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import quabla as qb
+from lowering.buffers import ScratchPlan
+from lowering.interpret import evaluate
+from lowering.numba_cpu import compile_graph
+from lowering.numba_cpu.codegen import generate
+from lowering.schedule import Group, TileBegin, schedule
+
+TOL = {qb.float64: dict(rtol=1e-10, atol=1e-12), qb.float32: dict(rtol=2e-5, atol=2e-6)}
+
+
+def _check(fn, *args, dtype=qb.float64):
+    """``fn`` staged for ``args``: the Numba executable (called twice: the second call reuses
+    the scratch of the first) against the interpreter. Returns the graph."""
+    args = tuple(qb.tree.map(lambda a: qb.array(np.asarray(a), dtype=dtype), a) for a in args)
+    graph = qb.jit(fn).lower(*args).graph
+    values = [leaf.numpy() for leaf in qb.tree.leaves(args)]
+    expected = evaluate(graph, values)
+    executable = compile_graph(graph, {})
+    first = executable(*values)
+    again = executable(*values)
+    for a, b, e in zip(first, again, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a, e, **TOL[dtype])
+        np.testing.assert_array_equal(a, b)
+    return graph
+
+
+# -- tanh ------------------------------------------------------------------------------------
+
+def _ulps(actual, x, dtype):
+    exact = np.tanh(x.astype(np.longdouble))
+    spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.longdouble)
+    spacing = np.maximum(spacing, np.finfo(dtype).smallest_subnormal)
+    return float(np.max(np.abs(actual.astype(np.longdouble) - exact) / spacing))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("low, high", [(-1e-9, 1e-9), (-0.7, 0.7), (0.6, 0.65), (-4.0, 4.0),
+                                       (-30.0, 30.0), (-800.0, 800.0)])
+def test_tanh_is_within_two_ulp(dtype, low, high):
+    x = np.random.default_rng(11).uniform(low, high, 200_000).astype(dtype)
+    out = np.asarray(qb.jit(qb.tanh)(qb.array(x)))
+    assert out.dtype == dtype
+    assert _ulps(out, x, dtype) <= 2.0
+    if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:  # a real extended type
+        assert _ulps(out, x, dtype) <= 1.5 if dtype == np.float64 else 0.51
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tanh_special_values(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal
+    big = np.finfo(dtype).max
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, tiny, -tiny, 1e-30, -1e-30,
+                  0.625, -0.625, np.nextafter(0.625, 0), 22.0, -22.0, 23.0, 709.0, 711.0,
+                  big, -big], dtype=dtype)
+    out = np.asarray(qb.jit(qb.tanh)(qb.array(x)))
+    ref = np.tanh(x)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.signbit(out[~np.isnan(ref)]), np.signbit(ref[~np.isnan(ref)]))
+    np.testing.assert_allclose(out, ref, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+def test_tanh_derivatives_in_loops_match_the_interpreter():
+    x = np.random.default_rng(1).uniform(-3, 3, (40, 7))
+    _check(lambda x: qb.grad(lambda x: qb.sum(qb.tanh(x) ** 3))(x), x)
+
+
+# -- rematerialisation -----------------------------------------------------------------------
+
+def _program(w, x):
+    """Cheap values (mul, add, neg, select, abs, max, integer_pow) computed before one product
+    and read after it and after a second one."""
+    h = qb.tanh(x @ w)
+    a = 1.0 - h * h
+    b = qb.where(h > 0.1, a * 2.0, -a)
+    c = qb.maximum(qb.abs(b), a) ** 2
+    y = (a * b) @ w
+    z = (c + y) @ w.T
+    return qb.sum(z * a + b * c - y, axis=1), qb.grad(lambda w: qb.sum(qb.tanh((x @ w) * 0.5)))(w)
+
+
+def test_rematerialised_values_match_the_interpreter():
+    rng = np.random.default_rng(2)
+    w, x = rng.uniform(-1, 1, (12, 12)), rng.uniform(-1, 1, (24, 12))
+    graph = _check(_program, w, x)
+    statements = schedule(graph)
+    assert any(isinstance(s, Group) and s.clones for s in statements)  # something was recomputed
+    for s in statements:
+        if isinstance(s, Group):
+            assert not (s.clones & s.materialized)
+            # clones come first and in program order: they read only stored values and each other
+            k = len(s.clones)
+            assert s.members[:k] == sorted(s.clones)
+
+
+def test_rematerialised_values_in_float32():
+    rng = np.random.default_rng(3)
+    _check(_program, rng.uniform(-1, 1, (12, 12)), rng.uniform(-1, 1, (24, 12)),
+           dtype=qb.float32)
+
+
+# -- tiles of the batch axis ----------------------------------------------------------------
+
+def _tiles(graph):
+    return [s for s in schedule(graph) if isinstance(s, TileBegin)]
+
+
+def _mlp(p, x):
+    def net(t):
+        h = qb.tanh(t * p["W1"][0] + p["b1"])
+        h = qb.tanh(h @ p["W2"] + p["b2"])
+        return (h @ p["W3"] + p["b3"])[0]
+
+    u_xx = qb.vmap(qb.grad(qb.grad(net)))
+    r = u_xx(x) + qb.sin(3.0 * x)
+    return qb.mean(r ** 2), r  # r: a row-wise value the loop must hand out whole
+
+
+def _mlp_params(width, rng):
+    return {"W1": rng.normal(size=(1, width)), "b1": rng.normal(size=width),
+            "W2": rng.normal(size=(width, width)) / 4, "b2": rng.normal(size=width),
+            "W3": rng.normal(size=(width, 1)) / 4, "b3": rng.normal(size=1)}
+
+
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
+def test_tiled_mlp_pinn_matches_the_interpreter(dtype):
+    rng = np.random.default_rng(4)
+    params, x = _mlp_params(16, rng), np.linspace(0.0, 1.0, 384)
+    fn = qb.value_and_grad(_mlp, has_aux=True)
+    graph = _check(fn, params, x, dtype=dtype)
+    (begin,) = _tiles(graph)
+    assert begin.extent == 384 and 384 % begin.tile == 0 and begin.tile < 384
+    assert begin.accumulated and begin.exports
+
+
+def _rows(x, w, v):
+    """Row-wise work with everything the loop handles: products by matrices computed before it
+    (one of them transposed), products summing over the rows, reductions over the rows and
+    within rows, index maps of inputs read at the global row (a reversal and a broadcast),
+    exported values read by statements after the loop (a reversal over the rows, a product
+    of the whole thing) and an output that is a whole row-wise array."""
+    h = qb.tanh(x @ w + v[None, :])
+    g = (h * x[::-1]) @ w.T
+    s = qb.sum(g * h, axis=1)                      # within rows: a tile of it per block
+    total = qb.sum(g, axis=0) + qb.max(h, axis=0)  # over the rows: accumulated
+    gram = h.T @ g                                 # sums over the rows: accumulated
+    after = (g[::-1] @ w)[:5]                      # reads the whole of g after the loop
+    return s, total, gram, after, qb.sum(s * s)
+
+
+@pytest.mark.parametrize("n", [256, 320])
+def test_tiled_row_programs_match_the_interpreter(n):
+    rng = np.random.default_rng(5)
+    x, w, v = rng.uniform(-1, 1, (n, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
+    graph = _check(_rows, x, w, v)
+    (begin,) = _tiles(graph)
+    assert begin.extent == n and n % begin.tile == 0
+
+
+def test_tiles_with_full_inputs_read_by_global_rows():
+    """Inputs indexed through transposes, reversals and slices inside the loop."""
+    rng = np.random.default_rng(6)
+    a, b, w = rng.uniform(-1, 1, (32, 256)), rng.uniform(-1, 1, (260, 32)), rng.uniform(-1, 1, (32, 32))
+
+    def f(a, b, w):
+        rows = a.T * b[2:258][::-1] + b[:256]   # (256, 32) from inputs only
+        return qb.sum((qb.tanh(rows) @ w) * rows, axis=0), qb.tanh(rows) @ w
+
+    graph = _check(f, a, b, w)
+    assert _tiles(graph)
+
+
+def test_no_tiles_when_rows_need_a_sum_over_all_rows():
+    """Normalising by the batch mean needs the whole sum before any row: no tile loop."""
+    rng = np.random.default_rng(7)
+    x, w = rng.uniform(-1, 1, (256, 32)), rng.uniform(-1, 1, (32, 32))
+
+    def f(x, w):
+        h = qb.tanh(x @ w)
+        h = h - qb.mean(h, axis=0)
+        return qb.sum((h @ w) ** 2)
+
+    graph = _check(f, x, w)
+    assert not _tiles(graph)
+
+
+@pytest.mark.parametrize("n", [31, 37, 64])
+def test_short_or_prime_batches(n):
+    rng = np.random.default_rng(8)
+    x, w = rng.uniform(-1, 1, (n, 32)), rng.uniform(-1, 1, (32, 32))
+    graph = _check(lambda x, w: (qb.tanh(x @ w) @ w, qb.sum(qb.tanh(x @ w), axis=0)), x, w)
+    if n in (31, 37):
+        assert not _tiles(graph)  # no divisor that makes tiles of 16 rows or more
+
+
+def test_batched_products_inside_a_batch():
+    """A product batched over the rows is not row-wise in the loop's sense: it runs after."""
+    rng = np.random.default_rng(9)
+    a, b, w = rng.uniform(-1, 1, (256, 8, 8)), rng.uniform(-1, 1, (256, 8)), rng.uniform(-1, 1, (8, 8))
+
+    def f(a, b, w):
+        h = qb.tanh(b @ w)
+        return qb.vmap(lambda m, v: m @ v)(a, h), qb.sum(h, axis=0)
+
+    _check(f, a, b, w)
+
+
+# -- products, scratch ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["ab", "aTb", "abT", "aTbT", "3d"])
+def test_products_with_transposed_operands(form):
+    """Large enough for BLAS when SciPy is there: transposed operands are views or copies."""
+    rng = np.random.default_rng(10)
+    a, b = rng.uniform(-1, 1, (96, 64)), rng.uniform(-1, 1, (64, 96))
+    fns = {
+        "ab": lambda a, b: qb.tanh(a @ b) @ a,
+        "aTb": lambda a, b: qb.tanh(a.T @ b.T) @ a.T,
+        "abT": lambda a, b: qb.tanh(a @ a.T) @ b.T,
+        "aTbT": lambda a, b: qb.tanh(b.T @ a.T),
+        "3d": lambda a, b: qb.einsum("ijk,kl->ijl", qb.reshape(a, (96, 2, 32)),
+                                     qb.reshape(b[:32, :48], (32, 48))),
+    }
+    _check(fns[form], a, b)
+
+
+def test_generated_code_has_no_reshape_of_scratch():
+    """Scratch arrays seen with another shape are views made once in the prologue, not views
+    made where they are used (each costs Numba compile time), and nothing calls reshape."""
+    import re
+
+    rng = np.random.default_rng(12)
+    params, x = _mlp_params(8, rng), np.linspace(0.0, 1.0, 256)
+    args = (qb.tree.map(qb.array, params), qb.array(x))
+    graph = qb.jit(qb.value_and_grad(_mlp, has_aux=True)).lower(*args).graph
+    body, constants, _ = generate(graph)
+    first_buffer = len(graph.inputs) + len(graph.outputs) + len(constants)
+    scratch = {name for name, k in re.findall(r"^    (\w+) = carray\(_arg\(args, (\d+),", body, re.M)
+               if int(k) >= first_buffer}
+    assert scratch
+    assert ".reshape(" not in body
+    for name in scratch:
+        assert f"_data({name})" not in body, name
+
+
+def test_large_scratch_slots_start_at_different_offsets_in_a_page():
+    plan = ScratchPlan()
+    starts = [plan.take(k, "float64", 32768, expiry=10) for k in range(16)]
+    assert len({s * 8 % 4096 for s in starts}) == 16
+    assert all(b - a >= 32768 for a, b in zip(starts, starts[1:]))
+    plan.release(10)
+    again = [plan.take(100 + k, "float64", 32768, expiry=20) for k in range(16)]
+    assert sorted(again) == sorted(starts)  # freed slots are handed out again
+    small = [plan.take(200 + k, "float32", 100, expiry=30) for k in range(3)]
+    assert all(s % 8 == 0 for s in small)
+
+
+# -- every kind of primitive inside a tile loop ---------------------------------------------
+
+TILED_CASES = ["abs", "broadcast_in_dim", "cast", "concatenate", "integer_pow", "max", "pow",
+               "reduce_max", "reduce_sum", "reshape", "rev", "select", "slice", "transpose"]
+
+
+def _tiled_case_params():
+    from test_rules import CASES
+
+    return [pytest.param(case.fn, case.args, id=f"{name}-{k}")
+            for name in TILED_CASES for k, case in enumerate(CASES[name])]
+
+
+@pytest.mark.parametrize("fn, make_args", _tiled_case_params())
+def test_primitives_batched_through_a_tile_loop(fn, make_args):
+    """``vmap`` of each case over 64 rows, then a product by a matrix and sums over the rows,
+    with the gradient: the loop nests of the batch run tile by tile (most of them)."""
+    rows = 64
+    rng = np.random.default_rng(13)
+    samples = [make_args(rng) for _ in range(rows)]
+    args = [np.stack([s[k] for s in samples]) for k in range(len(samples[0]))]
+    width = int(np.prod(np.shape(fn(*[qb.array(a) for a in samples[0]]))))
+    w = rng.uniform(-1, 1, (width, 8))
+
+    def program(w, *args):
+        out = qb.vmap(fn)(*args)
+        flat = qb.reshape(out, (rows, -1))
+        h = qb.tanh(flat @ w)
+        grads = qb.grad(lambda *a: qb.sum(qb.sin(qb.vmap(fn)(*a))),
+                        argnums=tuple(range(len(args))))
+        return out, qb.sum(h, axis=0), h.T @ flat, grads(*args)
+
+    _check(program, w, *args)
