@@ -76,3 +76,10 @@ def traced_graph(f, *args):
     leaves, treedef = tree.flatten(tuple(args))
     template = [_Aval(np.shape(leaf), qb.asarray(leaf).dtype) for leaf in leaves]
     return trace_function(f, treedef, template).graph
+
+
+def mlp_net(p, t):
+    """The MLP PINN's network (1 -> W -> W -> 1, tanh) at one scalar point ``t``."""
+    h = qb.tanh(t * p["W1"][0] + p["b1"])
+    h = qb.tanh(h @ p["W2"] + p["b2"])
+    return (h @ p["W3"] + p["b3"])[0]

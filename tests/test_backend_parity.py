@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
+from helpers import mlp_net
 from lowering.interpret import evaluate
 from lowering.numba_cpu import compile_graph, load_cached
 from test_rules import CASES, NONDIFF_CASES
@@ -76,12 +77,7 @@ def test_large_products_match_the_interpreter():
 
 
 def _mlp_pinn_loss(p, x):
-    def net(t):
-        h = qb.tanh(t * p["W1"][0] + p["b1"])
-        h = qb.tanh(h @ p["W2"] + p["b2"])
-        return (h @ p["W3"] + p["b3"])[0]
-
-    u_xx = qb.vmap(qb.grad(qb.grad(net)))
+    u_xx = qb.vmap(qb.grad(qb.grad(lambda t: mlp_net(p, t))))
     return qb.mean((u_xx(x) + qb.sin(3.0 * x)) ** 2)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
+from helpers import mlp_net
 from lowering.buffers import ScratchPlan
 from lowering.interpret import evaluate
 from lowering.numba_cpu import compile_graph
@@ -124,12 +125,7 @@ def _tiles(graph):
 
 
 def _mlp(p, x):
-    def net(t):
-        h = qb.tanh(t * p["W1"][0] + p["b1"])
-        h = qb.tanh(h @ p["W2"] + p["b2"])
-        return (h @ p["W3"] + p["b3"])[0]
-
-    u_xx = qb.vmap(qb.grad(qb.grad(net)))
+    u_xx = qb.vmap(qb.grad(qb.grad(lambda t: mlp_net(p, t))))
     r = u_xx(x) + qb.sin(3.0 * x)
     return qb.mean(r ** 2), r  # r: a row-wise value the loop must hand out whole
 

@@ -79,7 +79,7 @@ class _Emitter:
         for k, o in enumerate(graph.outputs):
             self.results.setdefault(o, k)
         self.result_of = {}  # variable -> index of the result array it is (a view of)
-        self.constants = []  # non-scalar constant arrays, passed as trailing arguments
+        self.constants = []  # non-scalar constant arrays, in the argument tuple after the results
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
         self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
         self.slots = []      # (variable, dtype name, offset, shape) of each scratch view
@@ -96,7 +96,7 @@ class _Emitter:
         self.indent = 0      # extra indentation: 1 inside the tile loop
         self.shapes = {}     # variable -> the shape of the array it names, where known
         self.slot_of = {}    # variable in the scratch buffers -> (dtype name, offset)
-        self.views = {}      # (dtype name, offset, shape) -> a variable passed in as that view
+        self.views = {}      # (dtype name, offset, shape) -> the prologue view of that slot
         self.hoisted = {}    # product in a tile loop -> its right operand, arranged before it
 
     def emit(self, line, depth=1):
