@@ -21,9 +21,10 @@ def assert_close(actual, expected, rtol=1e-12, atol=1e-12, err_msg=""):
     np.testing.assert_allclose(np64(actual), np64(expected), rtol=rtol, atol=atol, err_msg=err_msg)
 
 
-def fd_jacobian(f, args, eps=1e-6):
+def fd_jacobian(f, args, eps=1e-6, side=0):
     """The central-difference Jacobian of ``f(*args)`` (float64 NumPy arrays in, one array out),
-    shaped ``[out.size, total input size]``; ``f`` is evaluated eagerly in float64."""
+    shaped ``[out.size, total input size]``; ``f`` is evaluated eagerly in float64. ``side``
+    +1 or -1 takes forward or backward differences instead (they differ at a kink)."""
     args = [np.array(a, dtype=np.float64) for a in args]
     out = np64(f(*[qb.array(a) for a in args]))
     columns = []
@@ -31,11 +32,11 @@ def fd_jacobian(f, args, eps=1e-6):
         for i in range(a.size):
             plus = [b.copy() for b in args]
             minus = [b.copy() for b in args]
-            plus[k].reshape(-1)[i] += eps
-            minus[k].reshape(-1)[i] -= eps
+            plus[k].reshape(-1)[i] += eps if side >= 0 else 0.0
+            minus[k].reshape(-1)[i] -= eps if side <= 0 else 0.0
             fp = np64(f(*[qb.array(b) for b in plus]))
             fm = np64(f(*[qb.array(b) for b in minus]))
-            columns.append(((fp - fm) / (2 * eps)).reshape(-1))
+            columns.append(((fp - fm) / (eps * (2 if side == 0 else 1))).reshape(-1))
     return np.stack(columns, axis=1).reshape(out.size, -1)
 
 
