@@ -198,6 +198,14 @@ def test_no_tiles_when_rows_need_a_sum_over_all_rows():
     assert not _tiles(graph)
 
 
+@pytest.mark.parametrize("width, tiled", [(32, True), (128, False)])
+def test_no_tiles_for_products_by_large_matrices(width, tiled):
+    """Every tile would stream a large matrix again: such products run whole."""
+    x, w = qb.zeros((512, width)), qb.zeros((width, width))
+    graph = qb.jit(lambda x, w: qb.sum(qb.tanh(x @ w) @ w, axis=0)).lower(x, w).graph
+    assert bool(_tiles(graph)) == tiled
+
+
 @pytest.mark.parametrize("n", [31, 37, 64])
 def test_short_or_prime_batches(n):
     rng = np.random.default_rng(8)

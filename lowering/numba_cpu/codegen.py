@@ -23,6 +23,8 @@ __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
 # np.dot) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no BLAS
 # threads to wake.
 BLAS_THRESHOLD = 1 << 18
+# OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
+SMALL_PRODUCT = 1_000_000
 
 
 def blas_available():
@@ -517,10 +519,11 @@ class _Emitter:
 
     def rhs_operand(self, node, target, expiry=None):
         """The right operand of a product as the kernel takes it: (contraction, cols) for a
-        2-d BLAS product, else (batch, contraction, cols). For BLAS it is copied when it would
-        be a transposed view and the product has 16 rows or more: OpenBLAS multiplies by a
-        transposed right operand ~1.5x slower (1024x32 @ 32x32: 57 us instead of 38 us), and
-        the copy is the size of one operand row block at most."""
+        2-d BLAS product, else (batch, contraction, cols). For a small BLAS product (OpenBLAS's
+        small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or more it is copied when it
+        would be a transposed view: those kernels multiply by a transposed right operand ~1.5x
+        slower (8 x 128x32 @ 32x32: 57 us instead of 38 us); the copy is smaller than the
+        left operand."""
         (lc, rc), (lb, rb) = dict(node.params)["dimension_numbers"]
         rhs = self.nodes[node.operands[1]]
         rshape = self.local_shape(node.operands[1])
@@ -529,8 +532,9 @@ class _Emitter:
         name = f"v{node.operands[1]}"
         blas, two_d = self.blas_2d(node)
         if blas and two_d:
+            small = M * K * N <= SMALL_PRODUCT and M >= 16 and K * N <= M * K
             return self.operand_2d(target, name, rshape, rc, rf, K, N, rhs.dtype,
-                                   copy_transposed=M >= 16, expiry=expiry)
+                                   copy_transposed=small, expiry=expiry)
         return self.arrange(target, name, rshape, rhs.dtype, tuple(rb) + tuple(rc) + tuple(rf),
                             (B, K, N), expiry=expiry)
 
