@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 import quabla as qb
+from helpers import mlp_net as net
 
 PI = math.pi
 
@@ -18,12 +19,6 @@ def _params():
 
     return {"W1": glorot(1, 8), "b1": qb.zeros((8,)), "W2": glorot(8, 8), "b2": qb.zeros((8,)),
             "W3": glorot(8, 1), "b3": qb.zeros((1,))}
-
-
-def net(p, t):
-    h = qb.tanh(t * p["W1"][0] + p["b1"])
-    h = qb.tanh(h @ p["W2"] + p["b2"])
-    return (h @ p["W3"] + p["b3"])[0]
 
 
 def loss_closure(p, x):
