@@ -12,6 +12,10 @@ PI = math.pi
 N_POINTS = 8          # README PINN collocation points
 MLP_POINTS = 1024     # MLP PINN collocation points
 MLP_WIDTH = 32
+# training problems: which loss they train, and Adam's learning rate for it
+TRAINING = {"train_pinn": "pinn_vmap", "train_pinn_trainer": "pinn_vmap",
+            "train_mlp": "mlp_pinn", "train_mlp_trainer": "mlp_pinn"}
+RATES = {"pinn_vmap": 0.05, "mlp_pinn": 1e-3}
 
 
 class Case:
@@ -52,7 +56,8 @@ def import_quabla():
     import quabla  # noqa: F401
 
 
-def build_quabla(problem):
+def quabla_loss(problem):
+    """``(loss, params, data)`` of the README PINN (its vmap form) or the MLP PINN."""
     import quabla as qb
 
     if problem in ("pinn", "pinn_vmap"):
@@ -67,26 +72,52 @@ def build_quabla(problem):
         def loss(w, x):
             return qb.mean((u_xx(x, w) + PI**2 * qb.sin(PI * x)) ** 2)
 
-        step = qb.jit(qb.value_and_grad(loss))
-        args = (qb.array(2.5), qb.linspace(0.05, 0.95, N_POINTS))
-        return Case(step, args, summary=lambda out: [out[0].item(), out[1].item()])
+        return loss, qb.array(2.5), (qb.linspace(0.05, 0.95, N_POINTS),)
 
+    def net(p, t):
+        h = qb.tanh(t * p["W1"][0] + p["b1"])
+        h = qb.tanh(h @ p["W2"] + p["b2"])
+        return (h @ p["W3"] + p["b3"])[0]
+
+    def loss(p, x):
+        u_xx = qb.vmap(qb.grad(qb.grad(lambda t: net(p, t))))   # closes over p
+        return qb.mean((u_xx(x) + PI**2 * qb.sin(PI * x)) ** 2)
+
+    params = {k: qb.array(v) for k, v in mlp_init().items()}
+    return loss, params, (qb.linspace(0.0, 1.0, MLP_POINTS),)
+
+
+def build_quabla(problem):
+    import quabla as qb
+
+    if problem in TRAINING:
+        loss, params, data = quabla_loss(TRAINING[problem])
+        opt = qb.optim.Adam(learning_rate=RATES[TRAINING[problem]])
+        if problem.endswith("_trainer"):   # (b) the device-resident Trainer
+            trainers = []
+
+            def train_step():   # the first call builds (traces and compiles) the Trainer
+                if not trainers:
+                    trainers.append(qb.optim.Trainer(loss, params, opt, *data))
+                trainers[0].step()
+
+            return Case(train_step, (), summary=lambda out: [trainers[0].loss().item()])
+        step = qb.jit(qb.value_and_grad(loss))   # (a) the README loop as written
+        state = [params, opt.init(params)]
+
+        def train():
+            value, g = step(state[0], *data)
+            state[0], state[1] = opt.update(state[0], g, state[1])
+            return value
+
+        return Case(train, (), summary=lambda out: [out.item()])
+
+    loss, params, data = quabla_loss(problem)
+    step = qb.jit(qb.value_and_grad(loss))
     if problem == "mlp_pinn":
-        def net(p, t):
-            h = qb.tanh(t * p["W1"][0] + p["b1"])
-            h = qb.tanh(h @ p["W2"] + p["b2"])
-            return (h @ p["W3"] + p["b3"])[0]
-
-        def loss(p, x):
-            u_xx = qb.vmap(qb.grad(qb.grad(lambda t: net(p, t))))   # closes over p
-            return qb.mean((u_xx(x) + PI**2 * qb.sin(PI * x)) ** 2)
-
-        step = qb.jit(qb.value_and_grad(loss))
-        params = {k: qb.array(v) for k, v in mlp_init().items()}
-        args = (params, qb.linspace(0.0, 1.0, MLP_POINTS))
-        return Case(step, args, summary=lambda out: _tree_summary(out[0], out[1], qb.tree.leaves))
-
-    raise KeyError(problem)
+        return Case(step, (params, *data),
+                    summary=lambda out: _tree_summary(out[0], out[1], qb.tree.leaves))
+    return Case(step, (params, *data), summary=lambda out: [out[0].item(), out[1].item()])
 
 
 # -- JAX ------------------------------------------------------------------------------------------
@@ -109,12 +140,10 @@ def import_jax():
     import jax.numpy  # noqa: F401
 
 
-def build_jax(problem):
+def jax_loss(problem):
+    """``(loss, params, data)``: the same problems as ``quabla_loss``."""
     import jax
     import jax.numpy as jnp
-
-    def block(out):
-        return jax.block_until_ready(out)
 
     if problem in ("pinn", "pinn_vmap"):
         def u(x, w):
@@ -128,27 +157,67 @@ def build_jax(problem):
         def loss(w, x):
             return jnp.mean((u_xx(x, w) + PI**2 * jnp.sin(PI * x)) ** 2)
 
-        step = jax.jit(jax.value_and_grad(loss))
-        args = (jnp.asarray(2.5), jnp.linspace(0.05, 0.95, N_POINTS))
-        return Case(step, args, block, lambda out: [float(out[0]), float(out[1])])
+        return loss, jnp.asarray(2.5), (jnp.linspace(0.05, 0.95, N_POINTS),)
 
+    def net(p, t):
+        h = jnp.tanh(t * p["W1"][0] + p["b1"])
+        h = jnp.tanh(h @ p["W2"] + p["b2"])
+        return (h @ p["W3"] + p["b3"])[0]
+
+    def loss(p, x):
+        u_xx = jax.vmap(jax.grad(jax.grad(lambda t: net(p, t))))
+        return jnp.mean((u_xx(x) + PI**2 * jnp.sin(PI * x)) ** 2)
+
+    params = {k: jnp.asarray(v) for k, v in mlp_init().items()}
+    return loss, params, (jnp.linspace(0.0, 1.0, MLP_POINTS),)
+
+
+def _jax_train_step(loss, lr, b1=0.9, b2=0.999, eps=1e-8):
+    """(c): value_and_grad and Adam (float64 moments) in one ``jax.jit``."""
+    import jax
+    import jax.numpy as jnp
+
+    tree_map = jax.tree_util.tree_map
+
+    @jax.jit
+    def train(params, m, v, t, *data):
+        value, g = jax.value_and_grad(loss)(params, *data)
+        t = t + 1.0
+        m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
+        v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, g)
+        params = tree_map(lambda p, m, v: p - lr * (m / (1 - b1 ** t))
+                          / (jnp.sqrt(v / (1 - b2 ** t)) + eps), params, m, v)
+        return params, m, v, t, value
+
+    return train
+
+
+def build_jax(problem):
+    import jax
+    import jax.numpy as jnp
+
+    def block(out):
+        return jax.block_until_ready(out)
+
+    if problem in TRAINING:
+        loss, params, data = jax_loss(TRAINING[problem])
+        train = _jax_train_step(loss, RATES[TRAINING[problem]])
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        state = [params, zeros, zeros, jnp.asarray(0.0)]
+
+        def step():
+            out = train(*state, *data)
+            state[:] = out[:4]
+            return out[4]
+
+        return Case(step, (), block, lambda out: [float(out)])
+
+    loss, params, data = jax_loss(problem)
+    step = jax.jit(jax.value_and_grad(loss))
     if problem == "mlp_pinn":
-        def net(p, t):
-            h = jnp.tanh(t * p["W1"][0] + p["b1"])
-            h = jnp.tanh(h @ p["W2"] + p["b2"])
-            return (h @ p["W3"] + p["b3"])[0]
-
-        def loss(p, x):
-            u_xx = jax.vmap(jax.grad(jax.grad(lambda t: net(p, t))))
-            return jnp.mean((u_xx(x) + PI**2 * jnp.sin(PI * x)) ** 2)
-
-        step = jax.jit(jax.value_and_grad(loss))
-        params = {k: jnp.asarray(v) for k, v in mlp_init().items()}
-        args = (params, jnp.linspace(0.0, 1.0, MLP_POINTS))
-        return Case(step, args, block,
+        return Case(step, (params, *data), block,
                     lambda out: _tree_summary(out[0], out[1], jax.tree_util.tree_leaves))
-
-    raise KeyError(problem)
+    return Case(step, (params, *data), block, lambda out: [float(out[0]), float(out[1])])
 
 
 # -- hand-written Numba ---------------------------------------------------------------------------

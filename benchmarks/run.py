@@ -9,6 +9,11 @@ Problems:
   pinn       README PINN, vectorized form without vmap, jit(value_and_grad(loss))
   pinn_vmap  README PINN as the README writes it: vmap(grad(grad(u)), in_axes=(0, None))
   mlp_pinn   MLP PINN 1->32->32->1 tanh, 1024 points, u_xx = vmap(grad(grad(net))), float64
+  train_pinn, train_mlp
+             one Adam training step of those: Quabla's README loop as written
+             (jit(value_and_grad) + opt.update) against JAX's value_and_grad and Adam in one
+             jax.jit; train_pinn_trainer, train_mlp_trainer: qb.optim.Trainer.step against the
+             same JAX step
 
 Every measurement runs in a subprocess of its own. For each (problem, implementation) a cold
 process starts with empty compile caches (fresh QUABLA_CACHE_DIR, NUMBA_CACHE_DIR and JAX
@@ -37,13 +42,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
-PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn"]
+PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn", "train_pinn", "train_pinn_trainer",
+            "train_mlp", "train_mlp_trainer"]
 IMPL_NAMES = ["quabla", "jax", "numba"]
 DESCRIPTIONS = {
     "roundtrip": "NumPy round trip, 1e6 float64",
     "pinn": "README PINN, vectorized (no vmap)",
     "pinn_vmap": "README PINN, vmap(grad(grad(u)))",
     "mlp_pinn": "MLP PINN 1-32-32-1 tanh, 1024 pts",
+    "train_pinn": "README PINN train step, (a) loop",
+    "train_pinn_trainer": "README PINN train step, (b) Trainer",
+    "train_mlp": "MLP PINN train step, (a) loop",
+    "train_mlp_trainer": "MLP PINN train step, (b) Trainer",
 }
 
 

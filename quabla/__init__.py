@@ -28,6 +28,14 @@ from .checkpoint import save, load
 
 _operators._ops = _ops_module
 
+
+def __getattr__(name):
+    """Deprecated v0.1 names (``quabla.Adam``): warn once, then bound (``quabla.compat``)."""
+    import importlib
+    import sys
+
+    return importlib.import_module("quabla.compat").deprecated(sys.modules[__name__], name)
+
 __all__ = [
     "__version__", "dtypes", "float32", "float64", "bool_",
     "QuablaError", "TracerError", "UnsupportedOperationError", "RetraceLimitError",

@@ -78,3 +78,16 @@ def test_table_prints_ratios_and_na():
     }
     text = run.table(results, ["quabla", "jax", "numba"])
     assert "4.00 µs" in text and "2.00x" in text and "n/a" in text and "boom" in text
+
+
+def test_training_problems_agree_on_their_first_loss():
+    """(a) the README loop and (b) the Trainer start from the loss at w = 2.5 and then
+    decrease it, step by step alike."""
+    expected, _ = _analytic(2.5, np.linspace(0.05, 0.95, problems.N_POINTS))
+    losses = {}
+    for problem in ("train_pinn", "train_pinn_trainer"):
+        case = problems.build_quabla(problem)
+        losses[problem] = [case.summary(case.fn(*case.args))[0] for _ in range(4)]
+        np.testing.assert_allclose(losses[problem][0], expected, rtol=1e-12)
+    assert losses["train_pinn"] == losses["train_pinn_trainer"]
+    assert losses["train_pinn"][-1] < losses["train_pinn"][0]

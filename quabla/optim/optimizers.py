@@ -1,0 +1,223 @@
+"""Optimizers as hyperparameter objects with pure, pytree-aware updates (spec 000 §3.8).
+
+``state = opt.init(params)`` and ``params, state = opt.update(params, grads, state)``. The
+state is a plain dict: ``"step"`` (the number of updates so far, an int) and one pytree per
+slot shaped like the parameters (``"m"`` and ``"v"`` for Adam, ``"momentum"`` for SGD with
+momentum), so ``qb.save`` stores it and a loaded state resumes bit for bit. A ``"step"`` that is
+a scalar array stays one (the count is then computed in the program): that is the state to pass
+through a ``jit`` of a whole train step, where an int would be a static value, one trace per step.
+
+``update`` is one compiled program per parameter signature: every leaf's rule, the learning
+rate schedule and clipping by global norm are traced once and run as native code, so a
+training loop pays microseconds for its update, not a NumPy expression per leaf. The same
+rules run inside a caller's trace (``jit`` of a whole train step, ``Trainer``). Arithmetic and
+moments are float64 (the spec's host contract); parameters keep their dtypes. A ``None``
+gradient (a bool leaf) leaves its parameter and its slots unchanged.
+"""
+
+import numbers
+
+import numpy as np
+
+from .. import ops, tree
+from ..array import Array, Tensor
+from ..dtypes import float64
+
+__all__ = ["Optimizer", "Adam", "SGD"]
+
+
+def _positive(name, value):
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or not np.isfinite(value) or value <= 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _fraction(name, value):
+    if not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _learning_rate(value):
+    """A positive number, or a schedule: a function of the update count (a float64 scalar
+    array, 0 for the first update) written with ``qb`` ops, as ``qb.optim.schedules`` are."""
+    return value if callable(value) else _positive("learning_rate", value)
+
+
+class Optimizer:
+    """What every optimizer shares: the state layout, the compiled update, clipping.
+
+    A subclass names its per-parameter ``slots`` and writes ``rule(p, g, slots, count, lr)``:
+    the float64 parameter, its (clipped) gradient, its slot values, the number of earlier
+    updates and this update's learning rate in, the new parameter and slot values out.
+    """
+
+    slots = ()
+
+    def __init__(self, learning_rate, clip_norm=None):
+        self.learning_rate = _learning_rate(learning_rate)
+        self.clip_norm = None if clip_norm is None else _positive("clip_norm", clip_norm)
+        self._programs = {}
+        self._next_count = (None, None)
+
+    def config(self):
+        """Everything a compiled update bakes in: a changed hyperparameter compiles anew."""
+        return (type(self), self.learning_rate, self.clip_norm)
+
+    def init(self, params):
+        state = {"step": 0}
+        for name in self.slots:
+            state[name] = tree.map(lambda p: Tensor._wrap(np.zeros(np.shape(p))), params)
+        return state
+
+    def update(self, params, grads, state):
+        p_leaves, treedef = tree.flatten(params)
+        g_leaves = _grad_leaves(treedef, grads)
+        live = [i for i, g in enumerate(g_leaves) if g is not None]
+        slot_leaves = [_slot_leaves(state, name, treedef) for name in self.slots]
+        step = state["step"]
+        count = step if isinstance(step, Array) else self._count(step)
+        outs = self._program(len(live))(
+            *[p_leaves[i] for i in live], *[g_leaves[i] for i in live],
+            *[s[i] for s in slot_leaves for i in live], count,
+        )
+        n = len(live)
+        new_p = list(p_leaves)
+        new_slots = [list(s) for s in slot_leaves]
+        for k, i in enumerate(live):
+            new_p[i] = outs[k]
+            for j, s in enumerate(new_slots):
+                s[i] = outs[(j + 1) * n + k]
+        if isinstance(step, Array):
+            new_state = {"step": outs[-1]}
+        else:
+            new_state = {"step": int(step) + 1}
+            self._next_count = (new_state["step"], outs[-1])
+        for name, s in zip(self.slots, new_slots):
+            new_state[name] = treedef.unflatten(s)
+        return treedef.unflatten(new_p), new_state
+
+    def _count(self, step):
+        """``step`` as a float64 scalar Tensor: the one the previous update computed when the
+        loop hands its state back, which is what a training loop does."""
+        cached = self._next_count
+        return cached[1] if cached[0] == step else Tensor._wrap(np.array(float(step)))
+
+    def apply(self, p_leaves, g_leaves, slot_leaves, count):
+        """The update of flat leaves, traced: what ``update`` compiles and ``Trainer`` fuses
+        with the gradient. ``slot_leaves`` holds one list per slot; returns the same layout
+        and the new count."""
+        grads = self._clipped([ops.astype(g, float64) for g in g_leaves])
+        lr = self.learning_rate(count) if callable(self.learning_rate) else self.learning_rate
+        new_p, new_slots = [], [[] for _ in self.slots]
+        for i, (p, g) in enumerate(zip(p_leaves, grads)):
+            value, slots = self.rule(ops.astype(p, float64), g,
+                                     tuple(ops.astype(s[i], float64) for s in slot_leaves),
+                                     count, lr)
+            new_p.append(ops.astype(value, p.dtype))
+            for out, s in zip(new_slots, slots):
+                out.append(s)
+        return new_p, new_slots, count + 1.0
+
+    def _clipped(self, grads):
+        """Clipping by global norm: every gradient scaled by ``clip_norm / norm`` when the norm
+        of all of them together exceeds ``clip_norm`` (optax's ``clip_by_global_norm``)."""
+        if self.clip_norm is None or not grads:
+            return grads
+        norm = ops.sqrt(sum(ops.sum(g * g) for g in grads))
+        keep = norm < self.clip_norm
+        return [ops.where(keep, g, g / norm * self.clip_norm) for g in grads]
+
+    def _program(self, n):
+        """The compiled update of ``n`` leaves with gradients, one per configuration."""
+        key = (n, self.config())
+        program = self._programs.get(key)
+        if program is None:
+            from ..api import jit
+
+            k = len(self.slots)
+
+            def update(*leaves):
+                slots = [leaves[(2 + j) * n:(3 + j) * n] for j in range(k)]
+                new_p, new_slots, count = self.apply(leaves[:n], leaves[n:2 * n], slots,
+                                                     leaves[-1])
+                return (*new_p, *[x for s in new_slots for x in s], count)
+
+            update.__name__ = f"{type(self).__name__.lower()}_update"
+            program = self._programs[key] = jit(update, max_traces=64)
+        return program
+
+
+class SGD(Optimizer):
+    """Gradient descent, optionally with (Nesterov) momentum: ``b = g + momentum * b`` and
+    ``p - learning_rate * b`` (or ``* (g + momentum * b)`` with ``nesterov``), as optax and
+    PyTorch define it."""
+
+    def __init__(self, learning_rate=1e-2, momentum=0.0, nesterov=False, clip_norm=None):
+        super().__init__(learning_rate, clip_norm)
+        self.momentum = _fraction("momentum", momentum)
+        if nesterov and not self.momentum:
+            raise ValueError("nesterov=True needs a positive momentum")
+        self.nesterov = bool(nesterov)
+        self.slots = ("momentum",) if self.momentum else ()
+
+    def config(self):
+        return super().config() + (self.momentum, self.nesterov)
+
+    def rule(self, p, g, slots, count, lr):
+        if not self.momentum:
+            return p - lr * g, ()
+        (buf,) = slots
+        buf = g + self.momentum * buf
+        direction = g + self.momentum * buf if self.nesterov else buf
+        return p - lr * direction, (buf,)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba) with bias correction; ``weight_decay`` adds the decoupled decay of
+    AdamW (Loshchilov and Hutter): ``p - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p)``."""
+
+    slots = ("m", "v")
+
+    def __init__(self, learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0,
+                 clip_norm=None):
+        super().__init__(learning_rate, clip_norm)
+        self.b1, self.b2 = _fraction("b1", b1), _fraction("b2", b2)
+        self.eps = _positive("eps", eps)
+        if not isinstance(weight_decay, numbers.Real) or not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be a non-negative number, got {weight_decay!r}")
+        self.weight_decay = float(weight_decay)
+
+    def config(self):
+        return super().config() + (self.b1, self.b2, self.eps, self.weight_decay)
+
+    def rule(self, p, g, slots, count, lr):
+        m, v = slots
+        t = count + 1.0
+        m = self.b1 * m + (1.0 - self.b1) * g
+        v = self.b2 * v + (1.0 - self.b2) * g * g
+        m_hat = m / (1.0 - self.b1 ** t)
+        v_hat = v / (1.0 - self.b2 ** t)
+        step = lr * m_hat / (ops.sqrt(v_hat) + self.eps)
+        if self.weight_decay:
+            step = step + lr * self.weight_decay * p
+        return p - step, (m, v)
+
+
+def _grad_leaves(treedef, grads):
+    """The gradient leaves in parameter order; ``None`` marks a leaf without a gradient."""
+    leaves, _ = tree.flatten(grads, is_leaf=lambda x: x is None)
+    if len(leaves) != treedef.num_leaves:
+        raise ValueError(f"gradients {tree.structure(grads)} do not match parameters {treedef}")
+    return leaves
+
+
+def _slot_leaves(state, name, treedef):
+    try:
+        leaves, slot_tree = tree.flatten(state[name])
+    except (KeyError, TypeError):
+        raise ValueError(f"optimizer state has no {name!r} slot; make it with init()") from None
+    if slot_tree != treedef:
+        raise ValueError(f"optimizer state {name!r} is {slot_tree}, parameters are {treedef}")
+    return leaves
