@@ -6,13 +6,18 @@ The one entry is ``compile(graph, device, options)``. This package imports only 
 
 import os
 
-__all__ = ["compile", "backend_for"]
+__all__ = ["compile", "backend_for", "BACKENDS"]
+
+BACKENDS = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
 
 
 def backend_for(device):
     """The back-end name a device uses; ``QUABLA_BACKEND=interpret`` forces the reference."""
     forced = os.environ.get("QUABLA_BACKEND")
     if forced:
+        if forced not in BACKENDS:
+            raise ValueError(f"QUABLA_BACKEND={forced!r} names no back end; valid values are "
+                             f"{', '.join(map(repr, BACKENDS))} (or leave it unset)")
         return forced
     if device in (None, "cpu"):
         return "numba"

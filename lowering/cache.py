@@ -1,13 +1,18 @@
-"""The on-disk compile cache.
+"""The on-disk compile cache (its security model: docs/compile-cache.md).
 
-Entries live in a private directory (mode 0700; ``QUABLA_CACHE_DIR`` overrides the default
-under the user's cache directory), named by a key: a hash of the generated source (which
-encodes the canonical graph and argument types), the versions of Quabla, Numba, llvmlite,
-NumPy and Python, the object layouts compiled code assumes, and a digest of the runtime helpers
-the code links in. An entry is the generated source, the entry's object code, and a manifest
-with the object's SHA-256 digest, symbol and external symbols. Every entry is verified before
-use: a source that differs from the regenerated one is replaced, an object that does not match
-its manifest is deleted and recompiled, never executed.
+Entries are named by a key: a hash of the generated source (which encodes the canonical graph
+and argument types), the versions of Quabla, Numba, llvmlite, NumPy and Python, the object
+layouts compiled code assumes, and a digest of the runtime helpers the code links in. An entry
+is the generated source (for people; it is never imported from here), the entry's object code,
+and a manifest naming the key, the entry symbol, the external symbols and the object's SHA-256.
+
+New entries go to one private directory of this user (mode 0700; ``QUABLA_CACHE_DIR``, by
+default under the user's cache directory). A directory that others could write is purged, not
+trusted; one this process may not write (a shared or image cache) is only read, and new entries
+go to a private fallback that every such process reuses. An entry is used only if its files
+are this user's or the directory owner's and nobody else may write them, its manifest has the
+exact schema and names the key being loaded, and the object matches the recorded digest;
+anything else is recompiled, never linked.
 """
 
 import hashlib
@@ -21,7 +26,9 @@ import warnings
 
 __all__ = ["cache_dir", "entry_key", "write_source", "read_object", "write_object"]
 
-_DIR = None
+_PREFIX = "qb_"  # every file the cache writes starts with it (and only those are ever purged)
+_MANIFEST = {"key": str, "entry": str, "symbols": list, "sha256": str}
+_DIRS = None  # (directory new entries go to, ((directory, owner uid) read in order, ...))
 
 
 def _numba_version():
@@ -54,106 +61,177 @@ def _versions():
            f"{abi_tag()};runtime={helpers}"
 
 
-def _is_private(path):
-    st = os.stat(path)
-    owner_ok = not hasattr(os, "getuid") or st.st_uid == os.getuid()
-    return owner_ok and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+_UID = os.getuid() if hasattr(os, "getuid") else None
+
+
+def _loose(st):
+    """Whether users other than the owner may write the file or directory."""
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _purge(path):
+    """Delete the cache's files in ``path``: someone else may have written them."""
+    for name in os.listdir(path):
+        if name.startswith(_PREFIX):
+            try:
+                os.remove(os.path.join(path, name))
+            except OSError:
+                pass
+
+
+def _open(path):
+    """``("write" | "read" | None, owner uid)``: how this process may use the directory
+    ``path`` (created if missing). One that others could write is purged first (one warning)
+    and made private again if it is this user's, else not used at all."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None, None
+    ours = _UID is None or st.st_uid == _UID
+    if _loose(st):
+        warnings.warn(f"quabla: the compile cache at {path} was writable by other users; its "
+                      "entries were deleted, not trusted")
+        try:
+            _purge(path)
+            if not ours:
+                return None, None
+            os.chmod(path, 0o700)
+        except OSError:
+            return None, None
+    if ours and os.access(path, os.W_OK):
+        return "write", st.st_uid
+    return "read", st.st_uid
+
+
+def _fallback():
+    """The private directory for new entries when the configured one may not be written:
+    the same for every process of this user, so what one compiles the next one loads."""
+    path = os.path.join(tempfile.gettempdir(), f"quabla-cache-{_UID}")
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)  # a planted link is not followed
+    except FileNotFoundError:
+        is_dir = True
+    except OSError:
+        is_dir = False
+    if is_dir and _open(path)[0] == "write":
+        return path
+    fresh = tempfile.mkdtemp(prefix="quabla-cache-")
+    warnings.warn(f"quabla: cannot use {path} for compiled code; using {fresh}")
+    return fresh
+
+
+def _dirs():
+    global _DIRS
+    if _DIRS is None:
+        path = os.environ.get("QUABLA_CACHE_DIR")
+        if not path:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                      ".cache")
+            path = os.path.join(base, "quabla")
+        path = os.path.abspath(path)
+        use, owner = _open(path)
+        if use == "write":
+            _DIRS = (path, ((path, owner),))
+        else:
+            fallback = _fallback()
+            shared = ((path, owner),) if use == "read" else ()
+            _DIRS = (fallback, ((fallback, _UID),) + shared)
+    return _DIRS
 
 
 def cache_dir():
-    """The private cache directory, created on first use."""
-    global _DIR
-    if _DIR is not None:
-        return _DIR
-    path = os.environ.get("QUABLA_CACHE_DIR")
-    if not path:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "quabla")
-    path = os.path.abspath(path)
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        if not _is_private(path):
-            if os.stat(path).st_uid == getattr(os, "getuid", lambda: -1)():
-                os.chmod(path, 0o700)
-            else:
-                raise PermissionError(f"{path} is owned by another user")
-        if not os.access(path, os.W_OK):
-            raise PermissionError(f"{path} is not writable")
-    except OSError as exc:
-        fallback = tempfile.mkdtemp(prefix="quabla-cache-")
-        warnings.warn(f"quabla: cannot use the compile cache at {path} ({exc}); using {fallback}")
-        path = fallback
-    _DIR = path
-    return path
+    """The private directory new entries are written to, created on first use."""
+    return _dirs()[0]
 
 
 _VERSIONS = None
 
 
 def entry_key(source):
+    """The key of ``source``'s entry; also the name of its files and of its module."""
     global _VERSIONS
     if _VERSIONS is None:
         _VERSIONS = _versions()
-    return hashlib.sha256((_VERSIONS + "\n" + source).encode()).hexdigest()[:32]
+    return _PREFIX + hashlib.sha256((_VERSIONS + "\n" + source).encode()).hexdigest()[:32]
 
 
-def write_source(name, source):
-    """Write ``source`` as module ``name`` unless an identical file is there; returns the path."""
-    path = os.path.join(cache_dir(), name + ".py")
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == source:
-                return path
-    except (OSError, UnicodeDecodeError):
-        pass
-    # a missing, corrupted or planted source: replace it; its stale manifest no longer applies
-    try:
-        os.remove(_manifest_path(name))
-    except OSError:
-        pass
-    _replace(path, source.encode("utf-8"))
-    return path
+def _path(key, suffix):
+    return os.path.join(cache_dir(), key + suffix)
 
 
-def _path(name, suffix):
-    return os.path.join(cache_dir(), name + suffix)
-
-
-def _manifest_path(name):
-    return _path(name, ".manifest.json")
+def _remove(*paths):
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def _replace(path, data):
     """Write ``data`` (bytes) to ``path`` atomically."""
-    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=cache_dir(), prefix=_PREFIX, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 
 
-def read_object(name):
-    """``(object code, manifest)`` of entry ``name`` if both are there and the code matches
-    the digest recorded when it was written; otherwise None, and whatever was there is gone."""
+def write_source(key, source):
+    """Write ``source`` as entry ``key``'s source unless an identical file is there; returns
+    its path (for tracebacks: the module is compiled from the text, never imported from it)."""
+    path = _path(key, ".py")
+    if _read(path, _UID) != source.encode("utf-8"):
+        # a missing, corrupted or planted source: replace it; its stale manifest no longer applies
+        _remove(_path(key, ".manifest.json"))
+        _replace(path, source.encode("utf-8"))
+    return path
+
+
+def _read(path, owner):
+    """The bytes of the regular file at ``path`` if it is this user's or ``owner``'s and
+    nobody else may write it; otherwise None."""
     try:
-        with open(_manifest_path(name), encoding="utf-8") as f:
-            manifest = json.load(f)
-        with open(_path(name, ".o"), "rb") as f:
-            code = f.read()
-        if (isinstance(manifest, dict) and manifest.get("sha256") == hashlib.sha256(code).hexdigest()
-                and isinstance(manifest.get("entry"), str) and isinstance(manifest.get("symbols"), list)):
-            return code, manifest
-    except (OSError, ValueError):
-        pass
-    for path in (_path(name, ".o"), _manifest_path(name)):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or _loose(st)
+                or _UID is not None and st.st_uid not in (_UID, owner)):
+            return None
+        return f.read()
+
+
+def _valid(manifest, key):
+    """Whether ``manifest`` has exactly the fields and types the cache writes, for ``key``;
+    the entry symbol must name the module compiled for the key."""
+    return (isinstance(manifest, dict) and manifest.keys() == _MANIFEST.keys()
+            and all(isinstance(manifest[k], t) for k, t in _MANIFEST.items())
+            and all(isinstance(s, str) for s in manifest["symbols"])
+            and manifest["key"] == key and key in manifest["entry"])
+
+
+def read_object(key):
+    """``(object code, manifest)`` of entry ``key`` from the first directory holding a valid
+    one; None if there is none, and an invalid one in the private directory is deleted."""
+    for folder, owner in _dirs()[1]:
+        paths = [os.path.join(folder, key + suffix) for suffix in (".o", ".manifest.json")]
+        code, text = (_read(p, owner) for p in paths)
+        if code is not None and text is not None:
+            try:
+                manifest = json.loads(text)
+            except ValueError:
+                manifest = None
+            if _valid(manifest, key) and manifest["sha256"] == hashlib.sha256(code).hexdigest():
+                return code, manifest
+        if folder == cache_dir():
+            _remove(*paths)
     return None
 
 
-def write_object(name, code, manifest):
-    """Store entry ``name``'s object code, then the manifest that vouches for it."""
-    _replace(_path(name, ".o"), code)
-    manifest = dict(manifest, sha256=hashlib.sha256(code).hexdigest())
-    _replace(_manifest_path(name), json.dumps(manifest).encode())
+def write_object(key, code, entry, symbols):
+    """Store entry ``key``'s object code, then the manifest that vouches for it."""
+    _replace(_path(key, ".o"), code)
+    manifest = {"key": key, "entry": entry, "symbols": list(symbols),
+                "sha256": hashlib.sha256(code).hexdigest()}
+    _replace(_path(key, ".manifest.json"), json.dumps(manifest).encode())

@@ -6,19 +6,23 @@ straight from the array object, so a call through ``ctypes`` costs one tuple and
 call, with no per-array conversion. Its machine code is an object file that llvmlite's MCJIT
 links into this process, so a process that finds the object in the compile cache runs it
 without importing Numba (whose import and dispatcher start-up dominate a warm first call).
+Each distinct object is linked once, by an engine of its own, and freed with its last user.
 """
 
 import ctypes
 import ctypes.util
+import hashlib
 import importlib.util
 import os
 import sys
 import threading
+import weakref
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 
 import numpy as np
 
-__all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function"]
+__all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
+           "linked_objects"]
 
 
 def _offset(obj, target):
@@ -50,8 +54,8 @@ class LoadError(Exception):
 
 
 _llvm = None
-_lock = threading.Lock()
-_engine = None
+_lock = threading.RLock()  # llvmlite releases the GIL; an engine may be freed by the collector
+_linked = weakref.WeakValueDictionary()  # object digest -> the _Linked holding it
 _helpers = None  # Numba's C helpers by symbol
 
 
@@ -109,21 +113,45 @@ def _address(name):
     raise LoadError(f"unknown symbol {name}")
 
 
-def load(object_code, entry, symbols):
-    """Link ``object_code`` into this process (for its lifetime, like Numba's own code) and
-    return the address of ``entry``. Every object goes into one MCJIT engine: helpers that
-    several objects carry are weak definitions, linked once."""
-    global _engine
-    with _lock:  # llvmlite releases the GIL
+class _Linked:
+    """An object file linked by an MCJIT engine of its own. Executables hold it while they may
+    call into it; when the last lets go, the engine and the machine code go with it (MCJIT frees
+    code only with its engine, so one engine per object is what makes freeing possible)."""
+
+    __slots__ = ("engine", "__weakref__")
+
+    def __init__(self, object_code, symbols):
         llvm = _binding()
         for name in symbols:  # all resolved before the engine sees the object
             llvm.add_symbol(name, _address(name))
-        if _engine is None:
-            target = llvm.Target.from_default_triple().create_target_machine()
-            _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
-        _engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        _engine.finalize_object()
-        address = _engine.get_function_address(entry)
+        target = llvm.Target.from_default_triple().create_target_machine()
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self.engine.finalize_object()
+        finalizer = weakref.finalize(self, _close, self.engine)
+        finalizer.atexit = False  # the process's memory goes anyway
+
+
+def _close(engine):
+    with _lock:
+        engine.close()
+
+
+def load(object_code, entry, symbols):
+    """``(handle, address)``: ``object_code`` linked into this process, and where ``entry``
+    is in it. The code stays linked while someone holds the handle; an identical object
+    loaded meanwhile (another function compiled to the same program) shares it."""
+    digest = hashlib.sha256(object_code).digest()
+    with _lock:
+        linked = _linked.get(digest)
+        if linked is None:
+            linked = _linked[digest] = _Linked(object_code, symbols)
+        address = linked.engine.get_function_address(entry)
     if not address:
         raise LoadError(f"no symbol {entry} in the object")
-    return address
+    return linked, address
+
+
+def linked_objects():
+    """How many objects are linked into this process now."""
+    return len(_linked)

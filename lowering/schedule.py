@@ -20,8 +20,8 @@ __all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "INDEX_MAPS", 
 
 INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
 # Elementwise ops cheap enough to compute again in a later loop instead of storing their result.
-CHEAP = frozenset({"neg", "add", "sub", "mul", "abs", "sign", "max", "min", "select", "cast",
-                   "gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"})
+CHEAP = frozenset({"neg", "add", "sub", "mul", "abs", "sign", "relu", "max", "min", "select",
+                   "cast", "gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"})
 CHEAP_INTEGER_POW = 4     # integer_pow with |n| up to this is cheap too (a few multiplies)
 REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
@@ -327,12 +327,12 @@ def _drop_dead_members(graph, group):
 
 def _tile_rows(extent, row_bytes):
     """The rows per tile: the largest divisor of ``extent`` whose tile of the widest array fits
-    TILE_BYTES, with at least two tiles; None when there is none worth having."""
-    best = None
-    for t in range(MIN_TILE_ROWS, extent // 2 + 1):
-        if extent % t == 0 and t * row_bytes <= TILE_BYTES:
-            best = t
-    return best
+    TILE_BYTES, with at least two tiles; None when there is none worth having. Only the row
+    counts that fit are tried, so any extent costs at most TILE_BYTES steps."""
+    for t in range(min(extent // 2, TILE_BYTES // row_bytes), MIN_TILE_ROWS - 1, -1):
+        if extent % t == 0:
+            return t
+    return None
 
 
 def _tile(graph, statements, plan):

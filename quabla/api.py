@@ -7,12 +7,14 @@ result) wrapped in a ``Staged`` function (signature cache, compile, inline when 
 import functools
 import inspect
 import numbers
+import operator
 
 from . import tree
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
 from .core.rewrite import simplify
 from .staging import (
-    Staged, Transform, _Aval, _Text, _function_name, signature_leaves, trace_function,
+    Staged, Static, Transform, _Aval, _Text, _function_name, check_max_traces, signature_leaves,
+    trace_function,
 )
 from .transforms import batch_graph, jvp_graph, vjp_graph
 
@@ -37,6 +39,18 @@ def _arg_ranges(treedef):
         ranges.append(range(start, start + child.num_leaves))
         start += child.num_leaves
     return ranges, treedef.children()
+
+
+def _argnum_leaves(argnums, treedef):
+    """The leaves of the arguments ``argnums`` (negative ones count from the end); an argnum
+    naming no argument is a ValueError, found before anything is traced."""
+    ranges, _ = _arg_ranges(treedef)
+    for a in argnums:
+        if not -len(ranges) <= a < len(ranges):
+            raise ValueError(
+                f"argnums {a} is out of range for a function called with {len(ranges)} arguments"
+            )
+    return frozenset(i for a in argnums for i in ranges[a])
 
 
 def _normalize_argnums(argnums):
@@ -64,33 +78,40 @@ class Jitted(Staged):
 
     def __init__(self, fun, device, static_argnums, static_argnames, max_traces):
         self._device_name = _check_device(device)
+        max_traces = check_max_traces(max_traces)
         self._params = _parameters(fun)
-        static_argnums, static_argnames = _static_sets(self._params, static_argnums, static_argnames)
+        static_argnums, static_argnames = _static_sets(
+            self._params, static_argnums, static_argnames, _function_name(fun))
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self._plain = not static_argnums and not static_argnames
         inner = fun if self._plain else _with_statics(fun, static_argnums)
-        config = ("jit", self._device_name, static_argnums, static_argnames, int(max_traces))
+        config = ("jit", self._device_name, static_argnums, static_argnames, max_traces)
         super().__init__(inner, _Jit(), max_traces, self._device_name,
                          name=f"jit({_function_name(fun)})", config=config, root=fun)
         self.__wrapped__ = fun
         functools.update_wrapper(self, fun, updated=())
 
     def __call__(self, *args, **kwargs):
+        if self._plain and not kwargs:
+            return Staged.__call__(self, *args)
+        return Staged.__call__(self, *self._staged_args(args, kwargs))
+
+    def _staged_args(self, args, kwargs):
+        """The staged call: ``(statics, {name: static keyword}, *dynamic arguments)``, or the
+        arguments as they are where nothing is static. Keyword names belong to the treedef."""
         if kwargs:
             args, kwargs = self._bind_keywords(args, kwargs)
         if self._plain:
-            return Staged.__call__(self, *args)
-        if self.static_argnums or kwargs:
-            statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
-            dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-            return Staged.__call__(self, statics, tuple(sorted((k, _Static(v)) for k, v in kwargs.items())), *dynamic)
-        return Staged.__call__(self, (), (), *args)
+            return args
+        statics = tuple(Static(args[i]) if i < len(args) else None for i in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        return (statics, {k: Static(v) for k, v in kwargs.items()}) + dynamic
 
     def _bind_keywords(self, args, kwargs):
         args = list(args)
         kwargs = dict(kwargs)
-        names = [p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = _positional_names(self._params or [])
         while len(args) < len(names) and names[len(args)] in kwargs:
             args.append(kwargs.pop(names[len(args)]))
         for k in kwargs:
@@ -100,6 +121,14 @@ class Jitted(Staged):
                     "nor the next positional parameter; pass it positionally"
                 )
         return tuple(args), kwargs
+
+    def argument_name(self, position):
+        """Positions of the staged call are (statics, static keywords, *dynamic arguments)."""
+        if self._plain:
+            return str(position)
+        dynamic = [i for i in range(len(self.static_argnums) + position)
+                   if i not in self.static_argnums]
+        return str(dynamic[position - 2])
 
     def describe(self, treedef, parts):
         """The user's call: static values at their positions, static keywords as ``name=value``."""
@@ -115,44 +144,11 @@ class Jitted(Staged):
         for i, s in sorted(zip(self.static_argnums, statics)):
             if s is not None:
                 args.insert(i, s)
-        kw_parts = parts[children[0].num_leaves:children[0].num_leaves + children[1].num_leaves]
-        kw_text = [leaf for _, leaf in values[1]]
-        args += [_Text(f"{name[2]}={text!r}") for name, text in zip(kw_parts[::2], kw_text)]
+        args += [_Text(f"{name}={text!r}") for name, text in values[1].items()]
         return repr(tuple(args))
 
     def lower(self, *args, **kwargs):
-        if kwargs:
-            args, kwargs = self._bind_keywords(args, kwargs)
-        if self._plain:
-            return Staged.lower(self, *args)
-        statics = tuple(_Static(args[i]) if i < len(args) else None for i in self.static_argnums)
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-        return Staged.lower(self, statics, tuple(sorted((k, _Static(v)) for k, v in kwargs.items())), *dynamic)
-
-
-class _Static:
-    """A static argument value: a pytree leaf that hashes by value (and by type)."""
-
-    __slots__ = ("value", "_key")
-
-    def __init__(self, value):
-        self.value = value
-        try:
-            self._key = (type(value), value.hex() if isinstance(value, float) else value)
-            hash(self._key)
-        except TypeError:
-            raise ValueError(
-                f"static arguments must be hashable, got {type(value).__name__}"
-            ) from None
-
-    def __hash__(self):
-        return hash(self._key)
-
-    def __eq__(self, other):
-        return isinstance(other, _Static) and self._key == other._key
-
-    def __repr__(self):
-        return repr(self.value)
+        return Staged.lower(self, *self._staged_args(args, kwargs))
 
 
 def _with_statics(fun, static_argnums):
@@ -162,36 +158,79 @@ def _with_statics(fun, static_argnums):
         for i, s in sorted(zip(static_argnums, statics)):
             if s is not None:
                 args.insert(i, s.value)
-        return fun(*args, **{k: v.value for k, v in static_kwargs})
+        return fun(*args, **{k: v.value for k, v in static_kwargs.items()})
     call.__name__ = _function_name(fun)
     return call
 
 
 def _parameters(fun):
+    """The parameters of ``fun``, or None where its signature cannot be inspected."""
     try:
         return list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):
-        return []
+        return None
 
 
-def _static_sets(params, static_argnums, static_argnames):
-    if isinstance(static_argnums, numbers.Integral):
-        static_argnums = (static_argnums,)
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
-    nums = set(int(i) for i in static_argnums)
-    names = set(static_argnames)
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+def _positional_names(params):
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _index_tuple(value):
+    """``static_argnums`` as a tuple of ints: an int or a sequence of them, as JAX takes it."""
+    try:
+        return (operator.index(value),)
+    except TypeError:
+        pass
+    try:
+        return tuple(operator.index(i) for i in value)
+    except TypeError:
+        raise TypeError(
+            f"static_argnums must be an int or a sequence of ints, got {value!r}") from None
+
+
+def _name_tuple(value):
+    """``static_argnames`` as a tuple of strs: a str or a sequence of them."""
+    if isinstance(value, str):
+        return (value,)
+    try:
+        names = tuple(value)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"static_argnames must be a str or a sequence of strs, got {value!r}")
+    return names
+
+
+def _static_sets(params, static_argnums, static_argnames, name):
+    """Static positions and names, each completed from the other through the signature.
+
+    As in JAX, a position or name that no parameter has is a ValueError (``*args`` takes any
+    later position, ``**kwargs`` any name); an uninspectable callable is taken at its word.
+    """
+    nums = set(_index_tuple(static_argnums))
+    names = set(_name_tuple(static_argnames))
+    if params is None:
+        return tuple(sorted(nums)), frozenset(names)
+    positional = _positional_names(params)
+    kinds = {p.kind for p in params}
+    n = len(positional)
     for i in list(nums):
-        if i < 0:
+        if -n <= i < n:
             nums.discard(i)
-            i += len(positional)
-            nums.add(i)
-        if 0 <= i < len(positional):
+            nums.add(i % n)
             names.add(positional[i])
-    for n in names:
-        if n in positional:
-            nums.add(positional.index(n))
+        elif i < 0 or inspect.Parameter.VAR_POSITIONAL not in kinds:
+            raise ValueError(
+                f"jit({name}) has static_argnums={static_argnums!r}, but {i} is not the index of "
+                f"one of its {n} positional parameters"
+            )
+    unknown = names - {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if unknown and inspect.Parameter.VAR_KEYWORD not in kinds:
+        raise ValueError(
+            f"jit({name}) has static_argnames={static_argnames!r}, but it has no parameter "
+            f"named {', '.join(map(repr, sorted(unknown)))}"
+        )
+    nums.update(positional.index(k) for k in names if k in positional)
     return tuple(sorted(nums)), frozenset(names)
 
 
@@ -220,13 +259,7 @@ class _Grad(Transform):
         return f"{self.kind}({inner})"
 
     def differentiated(self, treedef):
-        ranges, _ = _arg_ranges(treedef)
-        for a in self.argnums:
-            if not -len(ranges) <= a < len(ranges):
-                raise ValueError(
-                    f"argnums {a} is out of range for a function called with {len(ranges)} arguments"
-                )
-        return frozenset(i for a in self.argnums for i in ranges[a])
+        return _argnum_leaves(self.argnums, treedef)
 
     def stage(self, traced, treedef, template):
         graph = traced.graph
@@ -551,7 +584,7 @@ class _Vmap(Transform):
                 raise ValueError(
                     f"vmap got inconsistent sizes for the mapped axes: {size} and {n}"
                 )
-            example.append(_Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype))
+            example.append(_Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype, leaf.weak))
             mapped.append(axis)
         if size is None:
             raise ValueError("vmap needs at least one mapped argument (in_axes are all None)")

@@ -7,6 +7,7 @@ never changes under its user.
 
 import abc
 import numbers
+import operator
 
 import numpy as np
 
@@ -143,11 +144,25 @@ class Tensor(Operators):
         body = np.array2string(self._value, separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype})"
 
+    # Tensors are immutable, so a copy is the Tensor itself (weak flag included).
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __reduce__(self):
-        return (Tensor, (self._value.copy(),))
+        return (_unpickle, (self._value.copy(), self._weak))
 
 
 Array.register(Tensor)
+
+
+def _unpickle(value, weak):
+    """Rebuild a pickled Tensor, checked like any import, with its weak flag."""
+    t = array(value)
+    t._weak = weak
+    return t
 
 
 # -- construction -----------------------------------------------------------------------------
@@ -220,10 +235,32 @@ def asarray(obj, dtype=None):
     return array(obj, dtype)
 
 
-def _shape_arg(shape):
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
-    shape = tuple(int(d) for d in shape)
+# -- shapes and indices: the one place where sizes, shape entries and indices are read -------
+
+def as_index(value):
+    """``value`` as a Python int, for a size, a shape entry or an index.
+
+    Anything with ``__index__`` (ints, NumPy integers) is accepted, as in NumPy; floats,
+    strings and bools raise TypeError rather than being truncated or read as numbers (a
+    tracer's ``__index__`` raises TracerError).
+    """
+    if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    return operator.index(value)
+
+
+def as_shape(shape):
+    """A shape argument, an integer or an iterable of integers, as a tuple of Python ints."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__") or (
+        getattr(shape, "ndim", None) == 0
+    ):
+        return (as_index(shape),)
+    return tuple(as_index(d) for d in shape)
+
+
+def array_shape(shape):
+    """``as_shape(shape)`` for a new array, whose dimensions must be positive."""
+    shape = as_shape(shape)
     if any(d <= 0 for d in shape):
         raise ValueError(f"array dimensions must be positive, got {list(shape)}")
     return shape
@@ -234,17 +271,17 @@ def _float_dtype(dtype):
 
 
 def zeros(shape, dtype=None):
-    return Tensor._wrap(np.zeros(_shape_arg(shape), _float_dtype(dtype).numpy))
+    return Tensor._wrap(np.zeros(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def ones(shape, dtype=None):
-    return Tensor._wrap(np.ones(_shape_arg(shape), _float_dtype(dtype).numpy))
+    return Tensor._wrap(np.ones(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def full(shape, value, dtype=None):
     if dtype is None:
         dtype = _dt.bool_ if isinstance(value, (bool, np.bool_)) else _dt.float64
-    return Tensor._wrap(np.full(_shape_arg(shape), value, _dt.dtype(dtype).numpy))
+    return Tensor._wrap(np.full(array_shape(shape), value, _dt.dtype(dtype).numpy))
 
 
 def arange(start, stop=None, step=1.0, dtype=None):
@@ -254,7 +291,7 @@ def arange(start, stop=None, step=1.0, dtype=None):
 
 
 def linspace(start, stop, num, dtype=None):
-    return _finish_range(np.linspace(start, stop, int(num), dtype=np.float64), dtype)
+    return _finish_range(np.linspace(start, stop, as_index(num), dtype=np.float64), dtype)
 
 
 def _finish_range(values, dtype):
@@ -264,5 +301,5 @@ def _finish_range(values, dtype):
 
 
 def eye(n, m=None, dtype=None):
-    n, m = _shape_arg((n, n if m is None else m))
+    n, m = array_shape((n, n if m is None else m))
     return Tensor._wrap(np.eye(n, m, dtype=_float_dtype(dtype).numpy))

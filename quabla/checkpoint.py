@@ -52,11 +52,57 @@ _MAX_CHUNK = 1 << 24
 # save
 # ============================================================================================
 
-def _path_str(path):
-    out = "tree"
-    for key in path:
-        out += f"[{key!r}]"
-    return out
+#: Error messages quote at most this many characters of any key or value from the tree or file
+#: and at most this many steps of a path, so that they stay short whatever the file holds.
+_QUOTE_LIMIT = 80
+_PATH_STEPS = 8
+_MESSAGE_LIMIT = 2000
+
+
+def _cut(text, limit=_QUOTE_LIMIT):
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _quote(value):
+    """``repr(value)``, cut to ``_QUOTE_LIMIT`` characters with an ellipsis."""
+    return _cut(repr(value))
+
+
+class _Path:
+    """A place in the tree, spelled out only when an error names it.
+
+    Each step links to its parent, so walking a tree costs O(1) per node whatever the length
+    of its keys; ``str()`` quotes a bounded part of the path (long keys cut, middle steps
+    elided). ``note`` qualifies the place, as in "tree['a'] key 3".
+    """
+
+    __slots__ = ("parent", "key", "note")
+
+    def __init__(self, parent=None, key=None, note=""):
+        self.parent = parent
+        self.key = key
+        self.note = note
+
+    def child(self, key):
+        return _Path(self, key)
+
+    def dict_key(self, i):
+        return _Path(self.parent, self.key, f" key {i}")
+
+    def __str__(self):
+        keys = []
+        node = self
+        while node.parent is not None:
+            keys.append(node.key)
+            node = node.parent
+        keys.reverse()
+        if len(keys) > _PATH_STEPS:  # keys are str or int, so Ellipsis marks the elision
+            keys = keys[:_PATH_STEPS // 2] + [Ellipsis] + keys[-(_PATH_STEPS // 2):]
+        steps = ("..." if k is Ellipsis else f"[{_quote(k)}]" for k in keys)
+        return "tree" + "".join(steps) + self.note
+
+
+_ROOT = _Path()
 
 
 def _int_hex(value):
@@ -71,12 +117,13 @@ class _Encoder:
         self.size = 0
 
     def node(self, x, path, depth):
+        """The header node of ``x``; ``path`` (a ``_Path``) names it in errors."""
         t = type(x)
         if isinstance(x, Tensor):
             return self._array(x)
         if isinstance(x, Array):
             raise TypeError(
-                f"cannot save {_path_str(path)}: a traced array has no concrete value "
+                f"cannot save {path}: a traced array has no concrete value "
                 "(save outside the transform)"
             )
         if x is None:
@@ -92,7 +139,7 @@ class _Encoder:
         if t is dict or t is list or t is tuple:
             if depth >= MAX_TREE_DEPTH:
                 raise ValueError(
-                    f"cannot save {_path_str(path)}: the tree nests more than {MAX_TREE_DEPTH} "
+                    f"cannot save {path}: the tree nests more than {MAX_TREE_DEPTH} "
                     "containers deep (or contains itself)"
                 )
             if t is dict:
@@ -105,20 +152,20 @@ class _Encoder:
                         knode = {"type": "int", "value": _int_hex(key)}
                     else:
                         raise TypeError(
-                            f"cannot save {_path_str(path)}: dict key {key!r} has type "
+                            f"cannot save {path}: dict key {_quote(key)} has type "
                             f"{kt.__name__}; checkpoint dict keys must be str or int"
                         )
-                    items.append([knode, self.node(value, path + (key,), depth + 1)])
+                    items.append([knode, self.node(value, path.child(key), depth + 1)])
                 return {"type": "dict", "items": items}
-            items = [self.node(v, path + (i,), depth + 1) for i, v in enumerate(x)]
+            items = [self.node(v, path.child(i), depth + 1) for i, v in enumerate(x)]
             return {"type": t.__name__, "items": items}
         if isinstance(x, tuple) and hasattr(t, "_fields"):
             raise TypeError(
-                f"cannot save {_path_str(path)}: NamedTuple {t.__name__} is not serialized; "
+                f"cannot save {path}: NamedTuple {t.__name__} is not serialized; "
                 "save its fields (for example x._asdict()) and rebuild it after loading"
             )
         raise TypeError(
-            f"cannot save {_path_str(path)}: objects of type {t.__module__}.{t.__qualname__} "
+            f"cannot save {path}: objects of type {t.__module__}.{t.__qualname__} "
             "are not supported (checkpoint leaves are Quabla arrays, None, bool, int, float "
             "and str; containers are dict, list and tuple)"
         )
@@ -144,7 +191,7 @@ class _Encoder:
 def _encode(tree):
     enc = _Encoder()
     try:
-        root = enc.node(tree, (), 0)
+        root = enc.node(tree, _ROOT, 0)
     except RecursionError:
         raise ValueError(
             f"cannot save the tree: it nests more deeply than {MAX_TREE_DEPTH} containers"
@@ -393,7 +440,7 @@ def _no_duplicates(pairs):
     obj = {}
     for key, value in pairs:
         if key in obj:
-            _bad(f"the header repeats the JSON key {key!r}")
+            _bad(f"the header repeats the JSON key {_quote(key)}")
         obj[key] = value
     return obj
 
@@ -448,7 +495,7 @@ def _keys(node, required, optional=(), what="node"):
         _bad(f"{what} lacks the field(s) {missing}")
     unknown = keys.difference(required).difference(optional)
     if unknown:
-        _bad(f"{what} has unknown field(s) {sorted(unknown)}")
+        _bad(f"{what} has unknown field(s) {_quote(sorted(unknown))}")
 
 
 def _int_value(s, what):
@@ -504,31 +551,31 @@ class _Validator:
                     if type(knode) is not dict:
                         _bad(f"{where}: dict key {i} must be a JSON object")
                     ktype = knode.get("type")
-                    _keys(knode, ("type", "value"), what=f"{where} key {i}")
+                    _keys(knode, ("type", "value"), what=where.dict_key(i))
                     if ktype == "str":
                         key = knode["value"]
                         if type(key) is not str:
                             _bad(f"{where}: dict key {i} must hold a JSON string")
                     elif ktype == "int":
-                        key = _int_value(knode["value"], f"{where} key {i}")
+                        key = _int_value(knode["value"], where.dict_key(i))
                     else:
                         _bad(f"{where}: dict key {i} must be of type 'str' or 'int'")
                     tagged = (ktype, key)
                     if tagged in seen:
-                        _bad(f"{where}: the dict repeats the key {key!r}")
+                        _bad(f"{where}: the dict repeats the key {_quote(key)}")
                     seen.add(tagged)
-                    self.node(vnode, depth + 1, f"{where}[{key!r}]")
+                    self.node(vnode, depth + 1, where.child(key))
             else:
                 for i, child in enumerate(items):
-                    self.node(child, depth + 1, f"{where}[{i}]")
+                    self.node(child, depth + 1, where.child(i))
         else:
-            _bad(f"{where}: unknown node type {kind!r}")
+            _bad(f"{where}: unknown node type {_quote(kind)}")
 
     def _array(self, node, where):
         _keys(node, ("type", "dtype", "shape", "offset"), ("weak",), what=where)
         name = node["dtype"]
         if type(name) is not str or name not in _DTYPES:
-            _bad(f"{where}: unknown dtype {name!r} (expected float32, float64 or bool)")
+            _bad(f"{where}: unknown dtype {_quote(name)} (expected float32, float64 or bool)")
         shape = node["shape"]
         if type(shape) is not list or len(shape) > MAX_NDIM:
             _bad(f"{where}: shape must be a JSON array of at most {MAX_NDIM} integers")
@@ -540,14 +587,14 @@ class _Validator:
             if count > self.data_size:
                 break
         if count == 0:
-            _bad(f"{where}: zero-extent arrays are not supported (shape {shape})")
+            _bad(f"{where}: zero-extent arrays are not supported (shape {_quote(shape)})")
         qdtype = _DTYPES[name]
         nbytes = count * qdtype.itemsize
         offset = node["offset"]
         if not _is_int(offset) or offset < 0:
             _bad(f"{where}: offset must be a non-negative integer")
         if count > self.data_size or offset + nbytes > self.data_size:
-            _bad(f"{where}: the array's {name} data (shape {shape}) at offset {offset} "
+            _bad(f"{where}: the array's {name} data (shape {_quote(shape)}) at offset {offset} "
                  f"does not fit in the {self.data_size}-byte data section")
         if "weak" in node and type(node["weak"]) is not bool:
             _bad(f"{where}: weak must be a JSON true or false")
@@ -598,7 +645,8 @@ def _load_from(f, remaining, exact):
     _keys(header, ("version", "data_size", "tree"), what="the header")
     version = header["version"]
     if not _is_int(version) or version != FORMAT_VERSION:
-        _bad(f"unsupported checkpoint version {version!r} (this Quabla reads {FORMAT_VERSION})")
+        _bad(f"unsupported checkpoint version {_quote(version)} "
+             f"(this Quabla reads {FORMAT_VERSION})")
     data_size = header["data_size"]
     if not _is_int(data_size) or data_size < 0:
         _bad("data_size must be a non-negative integer")
@@ -610,7 +658,7 @@ def _load_from(f, remaining, exact):
             _bad(f"{src.remaining - data_size} unexpected bytes after the data section")
     validator = _Validator(data_size)
     try:
-        validator.node(header["tree"], 0, "tree")
+        validator.node(header["tree"], 0, _ROOT)
     except RecursionError:
         _bad("the tree nests too deeply")
     specs = sorted(validator.arrays, key=lambda s: s[0])
@@ -666,7 +714,7 @@ def _guarded(f, remaining, exact):
     try:
         return _load_from(f, remaining, exact)
     except _Malformed as exc:
-        raise ValueError(f"malformed Quabla checkpoint: {exc}") from None
+        raise ValueError(_cut(f"malformed Quabla checkpoint: {exc}", _MESSAGE_LIMIT)) from None
     except (OSError, _UsageError):
         raise  # an I/O failure or a text-mode file object: not the file's content
     except MemoryError:
@@ -676,4 +724,5 @@ def _guarded(f, remaining, exact):
     except RecursionError:
         raise ValueError("malformed Quabla checkpoint: it nests too deeply") from None
     except Exception as exc:  # anything else parsing hit means the file is malformed
-        raise ValueError(f"malformed Quabla checkpoint: {type(exc).__name__}: {exc}") from None
+        message = f"malformed Quabla checkpoint: {type(exc).__name__}: {exc}"
+        raise ValueError(_cut(message, _MESSAGE_LIMIT)) from None

@@ -11,7 +11,7 @@ float32 too, so no derivative is narrowed before its block is assembled.
 import numpy as np
 
 from . import ops
-from .api import _arg_ranges, _normalize_argnums, _staged_grad
+from .api import _arg_ranges, _argnum_leaves, _normalize_argnums, _staged_grad
 from .array import Tensor
 from .core.rewrite import simplify
 from .core.tracing import TraceFrame, trace_frame
@@ -29,8 +29,7 @@ class _Jacobian(Transform):
         return f"jacobian({inner})"
 
     def differentiated(self, treedef):
-        ranges, _ = _arg_ranges(treedef)
-        return frozenset(i for a in self.argnums for i in ranges[a])
+        return _argnum_leaves(self.argnums, treedef)
 
     def stage(self, traced, treedef, template):
         graph = traced.graph
@@ -40,20 +39,19 @@ class _Jacobian(Transform):
             if type(leaf) is _Aval:
                 input_of_leaf[i] = k
                 k += 1
-        selected = []  # graph input index per floating leaf of the differentiated arguments
-        layout = []    # per argnum, per leaf: index into `selected`, or None (no block)
+        layout = []  # per argnum, per leaf: its graph input, or None (no block)
         for a in self.argnums:
             row = []
             for i in ranges[a]:
                 leaf = template[i]
                 if type(leaf) is not _Aval:
                     raise TypeError(f"jacobian: argument {a} has a non-array leaf {leaf!r}")
-                if leaf.dtype.is_floating:
-                    row.append(len(selected))
-                    selected.append(input_of_leaf[i])
-                else:
-                    row.append(None)
+                row.append(input_of_leaf[i] if leaf.dtype.is_floating else None)
             layout.append(row)
+        # The derivative is taken once per graph input, in graph order, whatever the order (or
+        # repetition) of argnums: forward mode's tangent inputs come in that order too.
+        selected = sorted({j for row in layout for j in row if j is not None})
+        layout = [[None if j is None else selected.index(j) for j in row] for row in layout]
         in_avals = [graph.in_avals[j] for j in selected]
         out_avals = graph.out_avals
         sizes_in = [int(np.prod(s, dtype=np.int64)) for s, _ in in_avals]

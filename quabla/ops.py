@@ -2,7 +2,7 @@
 
 Each function applies the dtype rules once (strict promotion between arrays, weak Python
 scalars that adopt the dtype of the arrays they meet, no math on bool_), makes broadcasting
-explicit, and binds primitives. Composite operations (mean, norm, softplus, einsum, ...) are
+explicit, and binds primitives. Composite operations (mean, norm, einsum, ...) are
 written here in terms of primitives, so they need no derivative rules of their own.
 """
 
@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from . import dtypes as _dt
-from .array import Array, Tensor, asarray
+from .array import Array, Tensor, as_index, as_shape, asarray
 from .core.tracing import TraceTensor, bind
 from .errors import TracerError
 
@@ -178,6 +178,12 @@ def power(x, y):
         if isinstance(x, _PYTHON_SCALARS):
             x = _weak_scalar(x, _dt.float64) if not isinstance(x, bool) else x
         (x,) = _promote("power", (x,))
+        if y >= 2**63:
+            # Compiled code takes int64 exponents: x ** (low + 2**63 m) as x ** low times
+            # (x ** 2**63) ** m, the same products as repeated squaring (x ** 2**63 is 0, 1,
+            # inf or NaN for every float, which further squares keep) and the same derivative.
+            top = power(power(x, 2**62), 2)
+            return multiply(power(x, int(y) % 2**63), power(top, int(y) >> 63))
         return bind("integer_pow", x, n=int(y))
     return _elementwise("pow", x, y)
 
@@ -213,15 +219,13 @@ def abs(x):  # noqa: A001 - the spec names it abs; it is kept out of __all__
 
 
 def relu(x):
-    """max(x, 0), with derivative 0 at 0 (as JAX); NaN stays NaN."""
-    (x,) = _promote("relu", (x,))
-    return where(less_equal(x, 0.0), 0.0, x)
+    """max(x, 0), with derivative 0 at 0 and at NaN (as JAX); NaN stays NaN."""
+    return _unary("relu", x)
 
 
 def softplus(x):
-    """log(1 + exp(x)), computed without overflow."""
-    (x,) = _promote("softplus", (x,))
-    return add(log1p(exp(negative(abs(x)))), maximum(x, 0.0))
+    """log(1 + exp(x)), computed without overflow; its derivative is sigmoid(x) everywhere."""
+    return _unary("softplus", x)
 
 
 def _comparison(op, public):
@@ -303,9 +307,7 @@ def _axes(axis, ndim, name):
 
 def reshape(x, shape):
     x = _as_array(x)
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
-    shape = [int(d) for d in shape]
+    shape = list(as_shape(shape))
     size = x.size
     if shape.count(-1) > 1:
         raise ValueError("quabla.reshape: only one dimension can be -1")
@@ -337,7 +339,7 @@ def transpose(x, axes=None):
 
 def broadcast_to(x, shape):
     x = _as_array(x)
-    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(int(d) for d in shape)
+    shape = as_shape(shape)
     try:
         if np.broadcast_shapes(tuple(x.shape), shape) != shape:
             raise ValueError
@@ -440,10 +442,10 @@ def getitem(x, index):
                 start, step = n - 1 - start, -step
             starts.append(start)
             limits.append(start + (count - 1) * step + 1)
-            strides.append(step)
+            strides.append(step if count > 1 else 1)  # a step past the end picks one element
             out_shape.append(count)
         else:
-            i = int(item)
+            i = as_index(item)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
             i %= n
@@ -513,8 +515,11 @@ def norm(x, axis=None, keepdims=False):
 # -- linear algebra -------------------------------------------------------------------------
 
 def dot_general(lhs, rhs, contracting, batch=((), ())):
-    """The general contraction: output axes are batch, then lhs free, then rhs free."""
+    """The general contraction: output axes are batch, then lhs free, then rhs free. A
+    product with a scalar is a multiply (it fuses, and back ends need no scalar case)."""
     lhs, rhs = _promote("dot_general", (lhs, rhs))
+    if lhs.ndim == 0 or rhs.ndim == 0:
+        return multiply(lhs, rhs)
     return bind(
         "dot_general", lhs, rhs,
         dimension_numbers=(tuple(map(tuple, contracting)), tuple(map(tuple, batch))),
@@ -555,30 +560,20 @@ def matmul(a, b):
 
 
 def einsum(subscripts, *operands):
-    """Einstein summation over one or more operands, lowered to transposes, sums and dot_general."""
-    if "..." in subscripts:
-        raise ValueError("quabla.einsum does not support ellipses")
-    subscripts = subscripts.replace(" ", "")
-    if "->" in subscripts:
-        inputs, output = subscripts.split("->")
-    else:
-        inputs = subscripts
-        letters = inputs.replace(",", "")
-        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    terms = inputs.split(",")
-    if len(terms) != len(operands):
-        raise ValueError(f"quabla.einsum: {len(terms)} terms for {len(operands)} operands")
+    """Einstein summation as NumPy spells it: a label repeated within an operand takes the
+    diagonal, ``...`` stands for the leading axes (broadcast across operands, as are axes of
+    size 1), and without ``->`` the output is the ellipsis, then the labels used once, sorted.
+    Lowered to transposes, strided slices, reshapes, sums and dot_general, so its derivatives
+    and batching are theirs."""
+    if not isinstance(subscripts, str):
+        raise TypeError(
+            f"quabla.einsum: subscripts must be a string, got {type(subscripts).__name__}")
+    if not operands:
+        raise ValueError("quabla.einsum needs at least one operand")
     arrays = _promote("einsum", operands)
-    for term, a in zip(terms, arrays):
-        if len(term) != a.ndim:
-            raise ValueError(f"quabla.einsum: term {term!r} does not match rank {a.ndim}")
-        if len(set(term)) != len(term):
-            raise ValueError("quabla.einsum does not support repeated indices within one operand")
-    sizes = {}
-    for term, a in zip(terms, arrays):
-        for c, n in zip(term, a.shape):
-            if sizes.setdefault(c, n) != n:
-                raise ValueError(f"quabla.einsum: index {c!r} has sizes {sizes[c]} and {n}")
+    terms, output = _einsum_subscripts(subscripts, [a.ndim for a in arrays])
+    arrays, terms = map(list, zip(*(_einsum_diagonal(a, t) for a, t in zip(arrays, terms))))
+    _einsum_broadcast(arrays, terms)
     acc, acc_term = arrays[0], terms[0]
     rest = terms[1:]
     for i, (term, b) in enumerate(zip(terms[1:], arrays[1:])):
@@ -587,20 +582,99 @@ def einsum(subscripts, *operands):
         b, term = _sum_unused(b, term, later | set(acc_term))
         batch = [c for c in acc_term if c in term and c in later]
         contract = [c for c in acc_term if c in term and c not in later]
-        acc = bind(
-            "dot_general", acc, b,
-            dimension_numbers=(
-                (tuple(acc_term.index(c) for c in contract), tuple(term.index(c) for c in contract)),
-                (tuple(acc_term.index(c) for c in batch), tuple(term.index(c) for c in batch)),
-            ),
-        )
+        if not acc_term or not term:  # a product with a scalar: elementwise, so it fuses
+            acc = multiply(acc, b)
+        else:
+            axes = lambda t, labels: tuple(t.index(c) for c in labels)
+            acc = bind("dot_general", acc, b, dimension_numbers=(
+                (axes(acc_term, contract), axes(term, contract)),
+                (axes(acc_term, batch), axes(term, batch))))
         acc_term = "".join(batch) + "".join(
             c for c in acc_term if c not in batch and c not in contract
         ) + "".join(c for c in term if c not in batch and c not in contract)
     acc, acc_term = _sum_unused(acc, acc_term, set(output))
-    if set(acc_term) != set(output) or len(output) != len(set(output)):
-        raise ValueError(f"quabla.einsum: bad output subscripts {output!r}")
     return transpose(acc, tuple(acc_term.index(c) for c in output)) if acc_term != output else acc
+
+
+def _einsum_subscripts(subscripts, ranks):
+    """One label string per operand and the output's, each ellipsis spelled out as labels
+    ``chr(256 + k)`` aligned from the right, so that ellipses of different ranks broadcast."""
+    inputs, arrow, output = subscripts.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"quabla.einsum: {len(terms)} terms for {len(ranks)} operands")
+    for k, part in enumerate(terms + [output]):
+        where = f"operand {k}" if k < len(terms) else "the output"
+        letters = part.replace("...", "", 1)
+        if "." in letters:
+            raise ValueError(f"quabla.einsum: a '.' in {where} is not part of an ellipsis ('...')")
+        for c in letters:
+            if not (c.isascii() and c.isalpha()):
+                raise ValueError(f"quabla.einsum: invalid subscript {c!r} in {where}; "
+                                 "subscripts are letters")
+    widths = []  # axes covered by each operand's ellipsis
+    for k, (term, rank) in enumerate(zip(terms, ranks)):
+        named = len(term) - (3 if "..." in term else 0)
+        if rank < named or ("..." not in term and rank != named):
+            raise ValueError(
+                f"quabla.einsum: term {term!r} does not match operand {k} of rank {rank}")
+        widths.append(rank - named)
+    width = builtins.max(widths)
+
+    def ellipsis(n):
+        return "".join(chr(256 + k) for k in range(width - n, width))
+
+    terms = [t.replace("...", ellipsis(n)) for t, n in zip(terms, widths)]
+    used = "".join(terms)
+    if not arrow:
+        once = sorted(c for c in set(used) if c < chr(256) and used.count(c) == 1)
+        return terms, ellipsis(width) + "".join(once)
+    if "..." not in output and width:
+        raise ValueError("quabla.einsum: the operands have ellipsis axes but the output has no "
+                         "'...' to receive them")
+    output = output.replace("...", ellipsis(width))
+    for c in output:
+        if output.count(c) > 1:
+            raise ValueError(f"quabla.einsum: output subscript {c!r} is repeated")
+        if c not in used:
+            raise ValueError(f"quabla.einsum: output subscript {c!r} appears in no input")
+    return terms, output
+
+
+def _einsum_diagonal(x, term):
+    """``x`` with one axis per label: the axes that repeat a label are moved last, flattened
+    and sliced with the stride that steps from one diagonal element to the next."""
+    for c in dict.fromkeys(term):
+        axes = [d for d, label in enumerate(term) if label == c]
+        if len(axes) == 1:
+            continue
+        n = x.shape[axes[0]]
+        if builtins.any(x.shape[d] != n for d in axes):
+            raise ValueError(f"quabla.einsum: the axes of the repeated index {c!r} differ in size "
+                             f"({[x.shape[d] for d in axes]})")
+        others = [d for d in range(len(term)) if d not in axes]
+        x = transpose(x, others + axes)
+        x = reshape(x, tuple(x.shape[:len(others)]) + (n ** len(axes),))
+        if n > 1:
+            x = getitem(x, (Ellipsis, slice(None, None, (n ** len(axes) - 1) // (n - 1))))
+        term = "".join(term[d] for d in others) + c
+    return x, term
+
+
+def _einsum_broadcast(arrays, terms):
+    """Check that each label has one size, and drop the axes of size 1 that broadcast against a
+    larger one (in place): a label an operand lacks is constant along it, which is broadcasting."""
+    sizes = {}
+    for term, a in zip(terms, arrays):
+        for c, n in zip(term, a.shape):
+            if n != 1 and sizes.setdefault(c, n) != n:
+                name = repr(c) if c < chr(256) else "of the ellipsis"
+                raise ValueError(f"quabla.einsum: index {name} has sizes {sizes[c]} and {n}")
+    for k, (term, a) in enumerate(zip(terms, arrays)):
+        keep = [d for d, (c, n) in enumerate(zip(term, a.shape)) if n != 1 or sizes.get(c, 1) == 1]
+        if len(keep) < len(term):
+            arrays[k] = reshape(a, tuple(a.shape[d] for d in keep))
+            terms[k] = "".join(term[d] for d in keep)
 
 
 def _sum_unused(x, term, keep):
@@ -653,6 +727,7 @@ def _triangle(x, k, lower, name):
     if x.ndim < 2:
         raise ValueError(f"quabla.{name} needs rank >= 2")
     n, m = x.shape[-2:]
+    k = as_index(k)
     mask = np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
     zero = False if x.dtype is _dt.bool_ else 0.0
     return where(Tensor._wrap(np.broadcast_to(mask, x.shape).copy()), x, zero)

@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from . import dtypes
-from .array import Array, Tensor
+from .array import Array, Tensor, array_shape
 from .errors import TracerError
 
 __all__ = [
@@ -188,21 +188,6 @@ def fold_in(key, data):
 # -- argument handling --------------------------------------------------------------------------
 
 
-def _shape(shape):
-    if _is_int(shape):
-        shape = (shape,)
-    elif isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"a shape must be an int or a tuple of ints, got {shape!r}")
-    shape = tuple(shape)
-    for d in shape:
-        if not _is_int(d):
-            raise TypeError(f"shape dimensions must be integers, got {shape!r}")
-    shape = tuple(int(d) for d in shape)
-    if any(d <= 0 for d in shape):
-        raise ValueError(f"array dimensions must be positive, got {list(shape)}")
-    return shape
-
-
 def _float_dtype(dtype):
     dt = dtypes.float64 if dtype is None else dtypes.dtype(dtype)
     if not dt.is_floating:
@@ -278,7 +263,7 @@ def _uniform(k, shape, dt, minval, maxval):
 def uniform(key, shape=(), dtype=dtypes.float64, minval=0.0, maxval=1.0):
     """Samples on ``[minval, maxval)``; ``minval`` and ``maxval`` may broadcast to ``shape``."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     dt = _float_dtype(dtype)
     minval = _param(minval, "minval", shape)
     maxval = _param(maxval, "maxval", shape)
@@ -302,7 +287,7 @@ def _normal64(k, n):
 def normal(key, shape=(), dtype=dtypes.float64):
     """Standard normal samples (Box-Muller, computed in float64, then cast)."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     dt = _float_dtype(dtype)
     z = _normal64(k, math.prod(shape))
     if dt is dtypes.float32:
@@ -313,7 +298,7 @@ def normal(key, shape=(), dtype=dtypes.float64):
 def bernoulli(key, p=0.5, shape=()):
     """``bool_`` samples, True with probability ``p`` (``p`` may broadcast to ``shape``)."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     p = _param(p, "p", shape)
     if not np.all((p >= 0.0) & (p <= 1.0)):
         raise ValueError(f"p must lie in [0, 1], got {p}")
@@ -347,7 +332,7 @@ def _scaled_normal(k, shape, dt, std):
 def glorot_normal(key, shape, dtype=dtypes.float64):
     """Untruncated normal samples with std ``sqrt(2 / (fan_in + fan_out))``."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     dt = _float_dtype(dtype)
     fan_in, fan_out = _fans(shape)
     return _scaled_normal(k, shape, dt, math.sqrt(2.0 / (fan_in + fan_out)))
@@ -356,7 +341,7 @@ def glorot_normal(key, shape, dtype=dtypes.float64):
 def glorot_uniform(key, shape, dtype=dtypes.float64):
     """Uniform samples on ``[-l, l)``, ``l = sqrt(6 / (fan_in + fan_out))``."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     dt = _float_dtype(dtype)
     fan_in, fan_out = _fans(shape)
     limit = math.sqrt(6.0 / (fan_in + fan_out))
@@ -366,7 +351,7 @@ def glorot_uniform(key, shape, dtype=dtypes.float64):
 def he_normal(key, shape, dtype=dtypes.float64):
     """Untruncated normal samples with std ``sqrt(2 / fan_in)``."""
     k = _check_key(key)
-    shape = _shape(shape)
+    shape = array_shape(shape)
     dt = _float_dtype(dtype)
     fan_in, _ = _fans(shape)
     return _scaled_normal(k, shape, dt, math.sqrt(2.0 / fan_in))

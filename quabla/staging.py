@@ -8,7 +8,9 @@ graph is inlined into the enclosing trace instead, which is how transforms compo
 """
 
 import logging
+import numbers
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -35,16 +37,19 @@ _PYTHON_SCALARS = (bool, int, float)
 
 
 class _Aval:
-    """A leaf of a signature: shape and dtype of an array argument."""
+    """A leaf of a signature: shape, dtype and weak flag of an array argument (a weak array,
+    such as ``add(2.0, 3.0)``, adopts the dtype of the strong arrays it meets, as eagerly)."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "weak")
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape, dtype, weak=False):
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.weak = weak
 
     def __repr__(self):
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        text = f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        return f"weak {text}" if self.weak else text
 
 
 class _Text:
@@ -72,7 +77,7 @@ def signature_leaves(parts):
             value = part[2]
             leaves.append(_Text(repr(float.fromhex(value)) if part[1] is float else repr(value)))
         else:
-            leaves.append(_Text(repr(_Aval(part[0], _BY_NUMPY[part[1]]))))
+            leaves.append(_Text(repr(_Aval(part[0], _BY_NUMPY[part[1]], part[2]))))
     return leaves
 
 
@@ -112,7 +117,8 @@ def trace_function(fun, treedef, template, name="f"):
         leaves = []
         for leaf in template:
             if type(leaf) is _Aval:
-                leaves.append(frame.new_input(leaf.shape, leaf.dtype, f"arg{n_args}"))
+                leaves.append(
+                    frame.new_input(leaf.shape, leaf.dtype, f"arg{n_args}", leaf.weak))
                 n_args += 1
             else:
                 leaves.append(leaf)
@@ -176,9 +182,23 @@ _SHARED = weakref.WeakKeyDictionary()  # root function -> {transform chain: cach
 
 
 def _new_caches():
-    """Programs, the all-Tensor fast path, inline graphs, differentiated leaves, and the
-    signatures whose staging captured tracers (they are probed on every call)."""
-    return OrderedDict(), {}, OrderedDict(), {}, OrderedDict()
+    """Programs, the all-Tensor fast path, inline graphs, differentiated leaves, the
+    signatures whose staging captured tracers (they are probed on every call), the signatures
+    being compiled (``_Flight``s) and the lock of that table and of the programs' table."""
+    return OrderedDict(), {}, OrderedDict(), {}, OrderedDict(), {}, threading.Lock()
+
+
+class _Flight:
+    """A signature being staged and compiled by one thread; the others missing it wait for
+    its entry (None when it had to be inlined instead) or its error."""
+
+    __slots__ = ("owner", "done", "entry", "error")
+
+    def __init__(self):
+        self.owner = threading.get_ident()
+        self.done = threading.Event()
+        self.entry = None
+        self.error = None
 
 
 def _avals(tracers):
@@ -216,9 +236,7 @@ class Staged:
             raise TypeError(f"expected a callable, got {type(fun).__name__}")
         self.fun = fun
         self.transform = transform
-        self.max_traces = int(max_traces)
-        if self.max_traces < 1:
-            raise ValueError("max_traces must be at least 1")
+        self.max_traces = check_max_traces(max_traces)
         self.device = device
         self.name = name or transform.name(_function_name(fun))
         base = fun if root is None else root
@@ -227,7 +245,8 @@ class Staged:
         self.chain = None if config is None or inner is None else inner + (config,)
         caches = _shared_caches(self.root, self.chain) or _new_caches()
         # the fast path maps the signature of an all-Tensor argument list to its entry
-        self._cache, self._flat, self._inline_cache, self._diff, self._probes = caches
+        (self._cache, self._flat, self._inline_cache, self._diff, self._probes, self._flights,
+         self._lock) = caches
         self.__wrapped__ = fun
         self.__doc__ = getattr(fun, "__doc__", None)
 
@@ -237,39 +256,63 @@ class Staged:
     # -- the hot path --------------------------------------------------------------------------
     def __call__(self, *args):
         for a in args:
-            if type(a) is not Tensor:
+            if type(a) is not Tensor or a._weak:
                 break
         else:
             entry = self._flat.get(tuple([(a._value.shape, a._value.dtype) for a in args]))
             if entry is not None:
-                self._cache.move_to_end(entry.key)
+                _touch(self._cache, entry.key)
                 outs = entry.run(*[a._value for a in args])
                 return entry.assemble([_wrap(o) for o in outs])
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
         if diff is None:
             diff = self._diff[treedef] = self.transform.differentiated(treedef)
-        parts, dynamic, traced = _signature(leaves, diff)
+        try:
+            parts, dynamic, traced = _signature(leaves, diff)
+        except _BadLeaf as bad:
+            raise self._argument_error(args, bad.index) from None
         key = (treedef, parts)
         if not traced:
             entry = self._cache.get(key)
             if entry is not None:
-                self._cache.move_to_end(key)
+                _touch(self._cache, key)
                 self._remember_flat(args, entry)
                 outs = entry.run(*[d._value for d in dynamic])
                 return entry.assemble([_wrap(o) for o in outs])
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
 
     def _remember_flat(self, args, entry):
-        if all(type(a) is Tensor for a in args):
+        """The fast path's table; weak Tensors are left to the full signature."""
+        if all(type(a) is Tensor and not a._weak for a in args):
             self._flat[tuple([(a._value.shape, a._value.dtype) for a in args])] = entry
+
+    def _argument_error(self, args, index):
+        """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
+        from .random import Key
+
+        path, leaf = tree.flatten_with_path(args)[0][index]
+        if isinstance(leaf, Key):
+            return TypeError(
+                "a random Key cannot be an argument of a transform; sample outside and pass arrays"
+            )
+        where = self.argument_name(path[0]) + "".join(f"[{key!r}]" for key in path[1:])
+        return TypeError(
+            f"{self.name}: argument {where} of type {type(leaf).__name__} is not an array, a "
+            "Python scalar or None; mark it static (jit's static_argnums/static_argnames), "
+            "close over it, or register its type as a pytree (quabla.tree.register)"
+        )
+
+    def argument_name(self, position):
+        """How the user names the argument at ``position`` of the staged call."""
+        return str(position)
 
     # -- staging -------------------------------------------------------------------------------
     def _template(self, parts, leaves):
         from .dtypes import _BY_NUMPY
 
         return [
-            leaf if part[0] == "static" else _Aval(part[0], _BY_NUMPY[part[1]])
+            leaf if part[0] == "static" else _Aval(part[0], _BY_NUMPY[part[1]], part[2])
             for part, leaf in zip(parts, leaves)
         ]
 
@@ -289,22 +332,68 @@ class Staged:
     def _miss(self, key, treedef, parts, leaves, dynamic, traced, args):
         if traced or (key in self._probes and current_frames()):
             return self._splice(key, treedef, parts, leaves, dynamic)
-        staged = self._stage(treedef, parts, leaves)
-        if staged[2]:  # it closes over tracers of a trace in progress: splice it in there
+        entry, staged = self._single_flight(key, treedef, parts, leaves)
+        if entry is None:  # it closes over tracers of a trace in progress: splice it in there
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
-        graph, assemble, _ = staged
+        self._remember_flat(args, entry)
+        outs = entry.run(*[d._value for d in dynamic])
+        return entry.assemble([_wrap(o) for o in outs])
+
+    def _single_flight(self, key, treedef, parts, leaves):
+        """``(entry, staged)`` for a missed signature, staged and compiled once however many
+        threads miss it at once: the first does the work, the others wait for its entry or
+        its error (after an interrupt, they try themselves). Nothing is cached for a failure,
+        so a later call tries again. ``entry`` is None where the staging captured tracers
+        (``staged`` is to be spliced into this thread's trace)."""
+        while True:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is not None:
+                    return entry, None
+                flight = self._flights.get(key)
+                if flight is None or flight.owner == threading.get_ident():
+                    flight = self._flights[key] = _Flight()
+                    break
+            flight.done.wait()
+            if flight.error is not None:
+                # the shared error: drop this frame's references to it, or it forms a cycle
+                error, flight = flight.error, None
+                try:
+                    raise error
+                finally:
+                    del error
+            if flight.entry is not None:
+                return flight.entry, None
+            # the first thread spliced its staging into its own trace: stage for this one
+        try:
+            staged = self._stage(treedef, parts, leaves)
+            if not staged[2]:
+                flight.entry = self._compile(key, treedef, parts, staged)
+            return flight.entry, staged
+        except Exception as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                if self._flights.get(key) is flight:
+                    del self._flights[key]
+            flight.done.set()
+            flight = None  # an error's traceback holds this frame: no cycle through the flight
+
+    def _compile(self, key, treedef, parts, staged):
+        """Lower a staged graph and cache the program as the entry of ``key``."""
         from lowering import compile as lower_compile
 
+        graph, assemble, _ = staged
         start = time.perf_counter()
         executable = lower_compile(graph, self.device)
         if logger.isEnabledFor(logging.INFO):
             logger.info("compiled %s for %s in %.1f ms", self.name,
                         self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))
         entry = _Entry(getattr(executable, "run", executable), assemble, graph, key)
-        self._remember(self._cache, key, entry, treedef, parts)
-        self._remember_flat(args, entry)
-        outs = entry.run(*[d._value for d in dynamic])
-        return assemble([_wrap(o) for o in outs])
+        with self._lock:
+            self._remember(self._cache, key, entry, treedef, parts)
+        return entry
 
     def _splice(self, key, treedef, parts, leaves, dynamic, staged=None):
         """Inline the staged graph into the trace in progress, staging it on a cache miss.
@@ -319,12 +408,12 @@ class Staged:
         traced = None
         if staged is None:
             if key in self._probes:
-                self._probes.move_to_end(key)
+                _touch(self._probes, key)
                 traced = self.transform.trace(self.fun, treedef, self._template(parts, leaves))
                 key = (key, _avals(traced.captures))
             cached = self._inline_cache.get(key)
             if cached is not None:
-                self._inline_cache.move_to_end(key)
+                _touch(self._inline_cache, key)
                 graph, assemble = cached
                 captures = traced.captures if traced is not None else []
                 return assemble(inline(graph, list(dynamic) + captures))
@@ -356,7 +445,10 @@ class Staged:
         from .lowered import Lowered
 
         leaves, treedef = tree.flatten(args)
-        parts, _, _ = _signature(leaves, self.transform.differentiated(treedef))
+        try:
+            parts, _, _ = _signature(leaves, self.transform.differentiated(treedef))
+        except _BadLeaf as bad:
+            raise self._argument_error(args, bad.index) from None
         graph, _, _ = self._stage(treedef, parts, leaves)
         return Lowered(graph, self.device, self.name)
 
@@ -380,8 +472,65 @@ def _wrap(value):
 _new_tensor = object.__new__
 
 
+def _touch(cache, key):
+    """Mark ``key`` recently used; another thread may have evicted it meanwhile."""
+    try:
+        cache.move_to_end(key)
+    except KeyError:
+        pass
+
+
+class Static:
+    """A static argument value (jit's static_argnums/static_argnames): a pytree leaf that is
+    part of the signature by type and value, and must be hashable."""
+
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value):
+        self.value = value
+        try:
+            self._key = (type(value), value.hex() if isinstance(value, float) else value)
+            hash(self._key)
+        except TypeError:
+            raise ValueError(
+                f"static arguments must be hashable, got {type(value).__name__}"
+            ) from None
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, Static) and self._key == other._key
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+def check_max_traces(value):
+    """``max_traces`` as an int, or the error for one that is not a positive int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"max_traces must be a positive int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"max_traces must be a positive int, got {value}")
+    return int(value)
+
+
+class _BadLeaf(Exception):
+    """Raised by ``_signature`` for a leaf that is not an argument; ``Staged`` names it."""
+
+    def __init__(self, index):
+        super().__init__(index)
+        self.index = index
+
+
 def _signature(leaves, diff):
-    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them)."""
+    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them).
+
+    Arrays (and anything with ``__array__`` or the buffer protocol, converted) are dynamic,
+    keyed by shape, dtype and weak flag; Python scalars are static weak constants outside
+    the differentiated leaves ``diff``; ``Static`` values are keyed by value; any other leaf
+    is an error (``_BadLeaf``), never silently static.
+    """
     parts = []
     dynamic = []
     traced = False
@@ -389,43 +538,40 @@ def _signature(leaves, diff):
         t = type(leaf)
         if t is Tensor:
             v = leaf._value
-            parts.append((v.shape, v.dtype))
+            parts.append((v.shape, v.dtype, leaf._weak))
             dynamic.append(leaf)
-        elif t is TraceTensor:
-            parts.append((tuple(leaf.shape), leaf.dtype.numpy))
+            continue
+        if t is TraceTensor:
+            parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
             dynamic.append(leaf)
             traced = True
-        elif t is float or t is int or t is bool:
-            if i in diff:
-                leaf = Tensor._wrap(np.array(float(leaf)))
-                parts.append(((), leaf._value.dtype))
-                dynamic.append(leaf)
-            else:
-                parts.append(("static", t, leaf.hex() if t is float else leaf))
-        elif isinstance(leaf, (np.ndarray, np.generic)) or isinstance(leaf, Array):
-            leaf = asarray(leaf)
-            parts.append((leaf._value.shape, leaf._value.dtype))
-            dynamic.append(leaf)
-        else:
-            _static_leaf(leaf)
+            continue
+        if t is Static:
             parts.append(("static", t, leaf))
+            continue
+        if t is float or t is int or t is bool or (
+                isinstance(leaf, _PYTHON_SCALARS) and not isinstance(leaf, np.generic)):
+            if i not in diff:
+                parts.append(("static", t, leaf.hex() if t is float else leaf))
+                continue
+            leaf = np.array(float(leaf))
+        elif not isinstance(leaf, (np.ndarray, np.generic, Array)) and not _array_like(leaf):
+            raise _BadLeaf(i)
+        leaf = asarray(leaf)
+        parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
+        dynamic.append(leaf)
     return tuple(parts), dynamic, traced
 
 
-def _static_leaf(leaf):
-    from .random import Key
-
-    if isinstance(leaf, Key):
-        raise TypeError(
-            "a random Key cannot be an argument of a transform; sample outside and pass arrays"
-        )
+def _array_like(leaf):
+    """Whether a leaf converts to an array: ``__array__`` or the buffer protocol."""
+    if hasattr(leaf, "__array__"):
+        return True
     try:
-        hash(leaf)
+        memoryview(leaf)
     except TypeError:
-        raise TypeError(
-            f"argument leaf of type {type(leaf).__name__} is neither an array nor a hashable "
-            "static value"
-        ) from None
+        return False
+    return True
 
 
 def _function_name(fun):

@@ -108,6 +108,8 @@ CASES = {
     "abs": [Case(qb.abs, _args(_distinct((2, 3))), smooth=False)],
     "sign": [Case(lambda x: qb.sign(x) * qb.sin(x), _args(_distinct((2, 3))), smooth=False)],
     "logistic": [Case(qb.sigmoid, _args(_u((2, 3), -3, 3)))],
+    "relu": [Case(qb.relu, _args(_distinct((6,))), smooth=False)],
+    "softplus": [Case(qb.softplus, _args(_u((2, 3), -3, 3)))],
     "integer_pow": [
         Case(lambda x: x ** 3, _args(_u((2, 3), -2, 2)), "cube"),
         Case(qb.square, _args(_u((4,), -2, 2)), "square"),
@@ -152,7 +154,6 @@ CASES = {
         Case(lambda x, y: qb.where(MASK, x, y), _args(_u((2, 3)), _u((2, 3)))),
         Case(lambda x: qb.where(x > 0.0, x * x, -x), _args(_distinct((2, 3))), "traced",
              smooth=False),
-        Case(qb.relu, _args(_distinct((6,))), "relu", smooth=False),
     ],
     "cast": [Case(_cast_round_trip, _args(_u((2, 3))), smooth=False,
                   reference=lambda x: x * x, rounds=True)],

@@ -1,12 +1,12 @@
 """The Numba CPU back end: generated source compiled by ``numba.cfunc``, machine code cached.
 
-A first compile imports the generated module (its decorator compiles the entry) and stores the
-entry's object code in the compile cache; later processes link that object with llvmlite
-(lowering/native.py) and never import Numba.
+A first compile executes the generated source (its decorator compiles the entry) and stores the
+entry's object code in the compile cache; every executable runs that object as llvmlite links it
+(lowering/native.py), so later processes never import Numba, and identical programs share one
+copy of the machine code, freed with the last executable that uses it.
 """
 
-import importlib.util
-import sys
+import types
 
 import numpy as np
 
@@ -33,13 +33,14 @@ def module_source(graph):
     return _HEADER + _DECORATOR + body, constants, buffers
 
 
-def _compile(name, path):
-    """Compile the module at ``path`` with Numba; returns the entry's ``(address, keep-alive,
-    object code, symbol, external symbols)``."""
-    spec = importlib.util.spec_from_file_location(f"quabla_cache.{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # the decorator compiles the entry
+def _compile(key, source, path):
+    """Compile ``source`` with Numba as module ``quabla_cache.<key>`` (so the entry symbol names
+    the key); returns the entry's ``(cfunc, object code, symbol, external symbols)``. The text
+    is compiled directly: no bytecode is read from or written to the cache directory, and the
+    module is not kept in ``sys.modules``."""
+    module = types.ModuleType(f"quabla_cache.{key}")
+    module.__file__ = path  # Numba's messages and tracebacks quote the stored source
+    exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
     entry = getattr(module, FUNCTION_NAME)
     library = entry._library
     final = library._final_module
@@ -47,7 +48,7 @@ def _compile(name, path):
         g.name for g in list(final.functions) + list(final.global_variables)
         if g.is_declaration and not g.name.startswith("llvm.")
     )
-    return entry.address, entry, library._get_compiled_object(), entry.native_name, externals
+    return entry, library._get_compiled_object(), entry.native_name, externals
 
 
 class NativeExecutable:
@@ -59,16 +60,17 @@ class NativeExecutable:
     def __init__(self, graph, address, keep, constants, buffers, source):
         self.graph = graph
         self.source = source
-        self._keep = keep  # what owns the machine code (Numba's, when compiled here)
-        self._constants = tuple(constants)
-        self._buffers = buffers
+        self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
         fn = native.entry_function(address)
         nodes = graph.nodes
         n_in = len(graph.inputs)
         params = ", ".join(f"a{k}" for k in range(n_in))
         results = [f"o{k}" for k in range(len(graph.outputs))]
-        namespace = {"fn": fn, "empty": np.empty, "pool": [], "scratch": self._scratch,
-                     "fixed": self._constants}
+        constants = tuple(constants)
+        # ``run`` refers to nothing that refers back to it, so dropping the last reference
+        # to it (a trace evicted, a function collected) frees the machine code at once
+        namespace = {"fn": fn, "keep": keep, "empty": np.empty, "pool": [],
+                     "scratch": _scratch_sets(constants, buffers), "fixed": constants}
         lines = [f"def run({params}):"]
         for k, o in enumerate(graph.outputs):
             dtype = nodes[o].dtype.numpy
@@ -83,12 +85,7 @@ class NativeExecutable:
             lines.append(f"    fn({call} + fixed)")
         lines.append(f"    return ({''.join(r + ', ' for r in results)})")
         exec("\n".join(lines) + "\n", namespace)
-        self.run = namespace["run"]
-
-    def _scratch(self):
-        """The constants and a fresh set of scratch buffers, one per dtype."""
-        return self._constants + tuple(
-            np.empty(size, np.bool_ if name == "bool" else name) for name, size in self._buffers)
+        self.run = namespace.pop("run")  # not left in its own globals: no cycle
 
     def __call__(self, *args):
         """``run`` for arrays of any layout: each is checked and made C-contiguous first (the
@@ -99,11 +96,20 @@ class NativeExecutable:
         arrays = []
         for a, nid in zip(args, self.graph.inputs):
             node = nodes[nid]
-            a = np.ascontiguousarray(a, node.dtype.numpy)
+            a = np.asarray(a, node.dtype.numpy, order="C")
             if a.shape != tuple(node.shape):
                 raise ValueError(f"expected shape {tuple(node.shape)}, got {a.shape}")
             arrays.append(a)
         return self.run(*arrays)
+
+
+def _scratch_sets(constants, buffers):
+    """A maker of argument tails: the constants and a fresh set of scratch buffers, one per
+    dtype."""
+    def scratch():
+        return constants + tuple(
+            np.empty(size, np.bool_ if name == "bool" else name) for name, size in buffers)
+    return scratch
 
 
 def _prepare(graph):
@@ -111,35 +117,43 @@ def _prepare(graph):
     constants = [np.ascontiguousarray(c) for c in constants]
     for c in constants:
         c.flags.writeable = False
-    return "qb_" + cache.entry_key(source), source, constants, buffers
+    return cache.entry_key(source), source, constants, buffers
 
 
-def _link(name, graph, source, constants, buffers):
-    """The executable from entry ``name``'s verified object code, linked without Numba; None
-    if the cache has none that links here."""
-    stored = cache.read_object(name)
+def _link(code, entry, symbols):
+    """``(handle, address)`` of ``entry`` in ``code`` linked into this process, or None if
+    it does not link here."""
+    try:
+        return native.load(code, entry, symbols)
+    except native.LoadError:
+        return None
+
+
+def _load(key):
+    """``(handle, address)`` of entry ``key`` from its verified cached object, or None."""
+    stored = cache.read_object(key)
     if stored is None:
         return None
     code, manifest = stored
-    try:
-        address = native.load(code, manifest["entry"], manifest["symbols"])
-    except native.LoadError:
-        return None
-    return NativeExecutable(graph, address, None, constants, buffers, source)
+    return _link(code, manifest["entry"], manifest["symbols"])
 
 
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache has no entry for it)."""
-    name, source, constants, buffers = _prepare(graph)
-    return _link(name, graph, source, constants, buffers)
+    key, source, constants, buffers = _prepare(graph)
+    linked = _load(key)
+    if linked is None:
+        return None
+    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source)
 
 
 def compile_graph(graph, options):
-    name, source, constants, buffers = _prepare(graph)
-    path = cache.write_source(name, source)  # a planted or corrupted source never stays
-    executable = _link(name, graph, source, constants, buffers)
-    if executable is None:
-        address, keep, code, entry, externals = _compile(name, path)
-        cache.write_object(name, code, {"entry": entry, "symbols": externals})
-        executable = NativeExecutable(graph, address, keep, constants, buffers, source)
-    return executable
+    key, source, constants, buffers = _prepare(graph)
+    path = cache.write_source(key, source)  # a planted or corrupted source never stays
+    linked = _load(key)
+    if linked is None:
+        cfunc, code, entry, externals = _compile(key, source, path)
+        cache.write_object(key, code, entry, externals)
+        # run the object as warm processes will (and share it with them), or Numba's own copy
+        linked = _link(code, entry, externals) or (cfunc, cfunc.address)
+    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source)

@@ -8,6 +8,7 @@ result, a scratch slot (lowering/buffers.py) or a view of one, so the machine co
 Numba runtime and loads without Numba.
 """
 
+import functools
 import math
 import re
 
@@ -34,6 +35,11 @@ def blas_available():
     return os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy") is not None
 
 FUNCTION_NAME = "quabla_entry"
+
+# A spliced expression deeper or longer than this is bound to a local instead: Python refuses
+# source nested about 200 brackets deep, and each local costs Numba compile time.
+SPLICE_DEPTH = 40
+SPLICE_LENGTH = 2000
 
 _OPERAND_NAMES = {"select": ("pred", "x", "y"), "cast": ("x",)}
 
@@ -83,6 +89,7 @@ class _Emitter:
         self.result_of = {}  # variable -> index of the result array it is (a view of)
         self.constants = []  # non-scalar constant arrays, in the argument tuple after the results
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
+        self.nesting = {}    # group member -> the bracket depth of its expression
         self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
         self.slots = []      # (variable, dtype name, offset, shape) of each scratch view
         self.root = {}       # variable in the scratch buffers -> the variable owning its slot
@@ -199,7 +206,7 @@ class _Emitter:
             self.emit(f"{var} = r{k}" if same else f"{var} = {_view(f'r{k}', shape)}")
             self.result_of[var] = k
         else:
-            size = int(np.prod(shape, dtype=np.int64))
+            size = math.prod(shape)  # exact: too big to allocate fails at the call
             if expiry is None:
                 expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
             start = self.plan.take(var, dtype.name, size, expiry)
@@ -319,10 +326,14 @@ class _Emitter:
                 continue
             if node.op in INDEX_MAPS:
                 expr = self.gather(node, group, idx)
+                nesting = 2
             else:
+                nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
+                    [self.nesting.get(o, 2) for o in node.operands if o in self.inlined] + [2])
                 expr = self.scalar_expr(node, [self.read(o, group, idx) for o in node.operands])
-            if m in single_use:
+            if m in single_use and nesting <= SPLICE_DEPTH and len(expr) <= SPLICE_LENGTH:
                 self.inlined[m] = expr
+                self.nesting[m] = nesting
                 continue
             self.emit(f"s{m} = {expr}", depth)
             if m in group.materialized:
@@ -454,7 +465,7 @@ class _Emitter:
         lshape, rshape = (self.local_shape(o) for o in node.operands)
         lf = [d for d in range(len(lshape)) if d not in lc and d not in lb]
         rf = [d for d in range(len(rshape)) if d not in rc and d not in rb]
-        prod = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))
+        prod = lambda shape, dims: math.prod(shape[d] for d in dims)
         return prod(lshape, lb), prod(lshape, lf), prod(lshape, lc), prod(rshape, rf)
 
     def product_result(self, node, out, t):
@@ -471,9 +482,6 @@ class _Emitter:
         accumulator (set up before the loop)."""
         (lc, rc), (lb, rb) = dimension_numbers
         lhs, rhs = (self.nodes[o] for o in node.operands)
-        if lhs.shape == () or rhs.shape == ():
-            self.emit(f"{out} = {args[0]} * {args[1]}")
-            return
         nid = node_id(out)
         lshape, rshape = (self.local_shape(o) for o in node.operands)
         lf = [d for d in range(len(lshape)) if d not in lc and d not in lb]
@@ -573,7 +581,7 @@ class _Emitter:
     def op_solve(self, node, out, args):
         rank = len(self.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
         n = node.shape[rank - 2]
-        m = int(np.prod(node.shape[rank - 1:], dtype=np.int64))  # 1 for a stack of vectors
+        m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
         self.stacked("_solve", node, out, args, [(n, n), (n, m), (n, m)],
                      [(f"t{out}lu", (n, n)), (f"t{out}x", (n, m))])
 
@@ -588,10 +596,30 @@ class _Emitter:
         self.alloc(out, node.shape, node.dtype, result=node_id(out))
         for name, shape in workspaces:
             self.alloc(name, shape, _FLOAT64)
-        batch = int(np.prod(node.shape, dtype=np.int64)) // int(np.prod(matrices[-1]))
+        batch = math.prod(node.shape) // math.prod(matrices[-1])
         views = [f"{_view(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
         self.emit(f"for b in range({batch}):")
         self.emit(f"{kernel}({', '.join(views + [name for name, _ in workspaces])})", 2)
+
+
+@functools.lru_cache(maxsize=None)
+def _nesting(template):
+    """How deep ``template`` nests brackets around its operands (at most)."""
+    deepest = depth = 0
+    for ch in re.sub(r"{\w+}", "", template):
+        depth += (ch in "([") - (ch in ")]")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _check_integers(lines):
+    """Compiled code computes with int64: a larger integer (an extent, an offset) is refused
+    here with a clear error, not by Numba's type inference."""
+    for line in lines:
+        for literal in re.findall(r"\b\d{19,}\b", line):
+            if int(literal) >= 2**63:
+                raise ValueError(f"the integer {literal} in this program does not fit the int64 "
+                                 "arithmetic of compiled code")
 
 
 def _last_uses(graph, statements):
@@ -694,6 +722,7 @@ def generate(graph):
         if var not in named:  # a view the code never uses: no Numba compile time for it
             continue
         prologue.append(f"{var} = {_argument(first + names.index(name), _Named(name), shape, start)}")
+    _check_integers(prologue + e.lines)
     head = f"def {FUNCTION_NAME}(args):"
     body = [head] + ["    " + line for line in prologue] + e.lines
     return "\n".join(body) + "\n", e.constants, [(name, e.plan.size[name]) for name in names]

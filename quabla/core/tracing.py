@@ -41,8 +41,8 @@ class TraceFrame(GraphBuilder):
         self._captured = {}      # (id(frame), node id) of an outer tracer -> local input id
         self._constants = {}     # id(tensor) -> (tensor, local constant id)
 
-    def new_input(self, shape, dtype, name=None):
-        return TraceTensor(self, self.input(shape, dtype, name), shape, dtype, False)
+    def new_input(self, shape, dtype, name=None, weak=False):
+        return TraceTensor(self, self.input(shape, dtype, name), shape, dtype, weak)
 
     def operand(self, value):
         """The local node id standing for ``value`` (a tracer or an eager array)."""
@@ -175,6 +175,17 @@ class TraceTensor(Operators):
 
     def __hash__(self):
         return object.__hash__(self)
+
+    # A copy of a tracer must stay the same node of the same trace: a copied frame would
+    # record operations nobody reads (zero derivatives, raw tracers returned to the user).
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        self._concrete("pickling")
 
 
 Array.register(TraceTensor)

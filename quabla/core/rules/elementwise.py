@@ -24,6 +24,16 @@ def _logistic(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _relu(x):
+    """max(x, 0) with NaN kept and +0.0 for -0.0."""
+    return np.where((x > 0) | np.isnan(x), x, np.zeros_like(x))
+
+
+def _softplus(x):
+    """log(1 + exp(x)) without overflow."""
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
+
+
 def power_by_squaring(one, x, n):
     """x ** n (n >= 0) by repeated squaring, starting from ``one``: the one algorithm that both
     the NumPy reference (on arrays) and the loop-nest back ends (on scalars) run."""
@@ -42,7 +52,8 @@ def _integer_pow(x, n):
     return power_by_squaring(np.ones_like(x), x, n)
 
 
-NUMPY_NAMESPACE = {"np": np, "_logistic": _logistic, "_integer_pow": _integer_pow}
+NUMPY_NAMESPACE = {"np": np, "_logistic": _logistic, "_relu": _relu, "_softplus": _softplus,
+                   "_integer_pow": _integer_pow}
 
 
 # -- derivative helpers named by the partials ------------------------------------------------

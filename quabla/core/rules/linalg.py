@@ -10,6 +10,13 @@ from ..tracing import bind
 
 # -- dot_general ------------------------------------------------------------------------------
 
+def _dot(lhs, rhs, dimension_numbers):
+    """A product in the rules: through ``ops.dot_general``, which makes a product with a
+    scalar (a full contraction's cotangent) a multiply."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    return ops.dot_general(lhs, rhs, (lc, rc), (lb, rb))
+
+
 def _free(ndim, contract, batch):
     return tuple(d for d in range(ndim) if d not in contract and d not in batch)
 
@@ -47,9 +54,9 @@ def _dot_jvp(primals, tangents, out, *, dimension_numbers):
     tl, tr = tangents
     terms = []
     if not is_zero(tl):
-        terms.append(bind("dot_general", tl, rhs, dimension_numbers=dimension_numbers))
+        terms.append(_dot(tl, rhs, dimension_numbers))
     if not is_zero(tr):
-        terms.append(bind("dot_general", lhs, tr, dimension_numbers=dimension_numbers))
+        terms.append(_dot(lhs, tr, dimension_numbers))
     if not terms:
         return Zero(out.shape, out.dtype)
     return terms[0] if len(terms) == 1 else ops.add(terms[0], terms[1])
@@ -64,12 +71,12 @@ def _dot_vjp(ct, primals, out, *, dimension_numbers):
     ct_lf = tuple(range(nb, nb + nlf))
     ct_rf = tuple(range(nb + nlf, nb + nlf + nrf))
     # d lhs: contract the cotangent with rhs over rhs's free axes -> (batch, lhs free, rhs contract)
-    g_lhs = bind("dot_general", ct, rhs, dimension_numbers=((ct_rf, rf), (ct_batch, rb)))
+    g_lhs = _dot(ct, rhs, ((ct_rf, rf), (ct_batch, rb)))
     rc_sorted = tuple(sorted(rc))
     lhs_axes = lb + lf + tuple(lc[rc.index(r)] for r in rc_sorted)
     g_lhs = _to_order(g_lhs, lhs_axes)
     # d rhs: contract lhs with the cotangent over lhs's free axes -> (batch, lhs contract, rhs free)
-    g_rhs = bind("dot_general", lhs, ct, dimension_numbers=((lf, ct_lf), (lb, ct_batch)))
+    g_rhs = _dot(lhs, ct, ((lf, ct_lf), (lb, ct_batch)))
     lc_sorted = tuple(sorted(lc))
     rhs_axes = rb + tuple(rc[lc.index(c)] for c in lc_sorted) + rf
     g_rhs = _to_order(g_rhs, rhs_axes)
@@ -91,13 +98,13 @@ def _dot_batch(args, batched, size, *, dimension_numbers):
     shift = lambda dims: tuple(d + 1 for d in dims)
     if bl and br:
         dn = ((shift(lc), shift(rc)), ((0,) + shift(lb), (0,) + shift(rb)))
-        return bind("dot_general", lhs, rhs, dimension_numbers=dn), True
+        return _dot(lhs, rhs, dn), True
     if bl:
         dn = ((shift(lc), rc), (shift(lb), rb))
-        out = bind("dot_general", lhs, rhs, dimension_numbers=dn)
+        out = _dot(lhs, rhs, dn)
         return _front(out, len(lb)), True
     dn = ((lc, shift(rc)), (lb, shift(rb)))
-    out = bind("dot_general", lhs, rhs, dimension_numbers=dn)
+    out = _dot(lhs, rhs, dn)
     return _front(out, len(lb) + len(_free(lhs.ndim, lc, lb))), True
 
 
@@ -156,7 +163,7 @@ def _matmul(a, x):
     """``a @ x`` per batch element: ``a`` [*batch, n, m], ``x`` [*batch, m] or [*batch, m, k]."""
     nb = a.ndim - 2
     batch = tuple(range(nb))
-    return bind("dot_general", a, x, dimension_numbers=(((nb + 1,), (nb,)), (batch, batch)))
+    return _dot(a, x, (((nb + 1,), (nb,)), (batch, batch)))
 
 
 def _broadcast_batch(op):
@@ -206,7 +213,7 @@ def _solve_vjp(ct, primals, out):
     gb = bind("solve", _mT(a), ct)
     batch = tuple(range(a.ndim - 2))
     cols = tuple(range(a.ndim - 1, out.ndim))  # empty for vectors: an outer product
-    ga = bind("dot_general", gb, out, dimension_numbers=((cols, cols), (batch, batch)))
+    ga = _dot(gb, out, ((cols, cols), (batch, batch)))
     return [ops.negative(ga), gb]
 
 

@@ -49,7 +49,8 @@ register(Primitive(
 
 
 def _extremum_rules(op):
-    """max/min: the derivative is shared equally among the elements that attain the extremum."""
+    """max/min: the derivative is shared equally among the elements that attain the extremum.
+    A NaN extremum is attained by no element (0 / 0): every derivative is NaN, as in JAX."""
 
     def weights(x, out, axes):
         hit = ops.equal(x, _expand(out, x, axes))
@@ -66,7 +67,7 @@ def _extremum_rules(op):
     def vjp(ct, primals, out, *, axes):
         (x,) = primals
         hit, count = weights(x, out, axes)
-        return [ops.where(hit, _expand(ops.divide(ct, count), x, axes), 0.0)]
+        return [ops.multiply(ops.where(hit, 1.0, 0.0), _expand(ops.divide(ct, count), x, axes))]
 
     return jvp, vjp
 
