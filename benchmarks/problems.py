@@ -11,7 +11,8 @@ import math
 PI = math.pi
 N_POINTS = 8          # README PINN collocation points
 MLP_POINTS = 1024     # MLP PINN collocation points
-MLP_WIDTH = 32
+MLP_WIDTH = 32        # hidden width of the MLP PINN (benchmarks/compile.py also measures 64)
+LJ_PARTICLES = 1024   # Lennard-Jones: particles, all pairs by broadcasting
 # training problems: which loss they train, and Adam's learning rate for it
 TRAINING = {"train_pinn": "pinn_vmap", "train_pinn_trainer": "pinn_vmap",
             "train_mlp": "mlp_pinn", "train_mlp_trainer": "mlp_pinn"}
@@ -42,6 +43,28 @@ def mlp_init():
         "W2": glorot(w, w), "b2": np.zeros(w),
         "W3": glorot(w, 1), "b3": np.zeros(1),
     }
+
+
+def lj_positions():
+    """Particles on a jittered 8 x 8 x 16 lattice of spacing 1.1 (no two closer than ~0.9),
+    the same for every implementation."""
+    import numpy as np
+
+    side = np.arange(16) * 1.1
+    grid = np.stack(np.meshgrid(side[:8], side[:8], side, indexing="ij"), -1).reshape(-1, 3)
+    rng = np.random.default_rng(0)
+    return grid[:LJ_PARTICLES] + rng.uniform(-0.05, 0.05, (LJ_PARTICLES, 3))
+
+
+def lj_energy(np_like, x):
+    """Lennard-Jones energy (epsilon = sigma = 1) of all pairs, written with broadcasting for
+    any NumPy-like module (``quabla`` or ``jax.numpy``); value_and_grad gives the forces."""
+    n = x.shape[0]
+    eye = np_like.eye(n)
+    d = np_like.expand_dims(x, 1) - np_like.expand_dims(x, 0)
+    r2 = np_like.sum(d * d, axis=-1) + eye          # 1 on the diagonal: no division by zero
+    inv6 = (1.0 / r2) ** 3
+    return 2.0 * np_like.sum((inv6 * inv6 - inv6) * (1.0 - eye))
 
 
 def _tree_summary(value, grads, leaves):
@@ -112,6 +135,10 @@ def build_quabla(problem):
 
         return Case(train, (), summary=lambda out: [out.item()])
 
+    if problem == "lj":
+        step = qb.jit(qb.value_and_grad(lambda x: lj_energy(qb, x)))
+        return Case(step, (qb.array(lj_positions()),),
+                    summary=lambda out: [out[0].item(), float(qb.sum(out[1] * out[1]).item())])
     loss, params, data = quabla_loss(problem)
     step = qb.jit(qb.value_and_grad(loss))
     if problem == "mlp_pinn":
@@ -212,6 +239,10 @@ def build_jax(problem):
 
         return Case(step, (), block, lambda out: [float(out)])
 
+    if problem == "lj":
+        step = jax.jit(jax.value_and_grad(lambda x: lj_energy(jnp, x)))
+        return Case(step, (jnp.asarray(lj_positions()),), block,
+                    lambda out: [float(out[0]), float(jnp.sum(out[1] * out[1]))])
     loss, params, data = jax_loss(problem)
     step = jax.jit(jax.value_and_grad(loss))
     if problem == "mlp_pinn":
@@ -234,6 +265,13 @@ def build_numba(problem):
 
         args = (2.5, np.linspace(0.05, 0.95, N_POINTS))
         return Case(readme_loss_and_grad, args, summary=lambda out: [out[0], out[1]])
+    if problem == "lj":
+        import numpy as np
+
+        from kernels import lj_energy_and_forces
+
+        return Case(lj_energy_and_forces, (lj_positions(),),
+                    summary=lambda out: [out[0], float(np.sum(out[1] * out[1]))])
     return None  # no hand-written kernel for this problem
 
 

@@ -3,6 +3,7 @@
     python benchmarks/run.py                      # every problem
     python benchmarks/run.py pinn mlp_pinn        # some of them
     python benchmarks/run.py --impls quabla,numba --json results.json
+    python benchmarks/run.py compile [cases]      # a cold compile phase by phase (compile.py)
 
 Problems:
   roundtrip  NumPy round trip of 1e6 float64 values: qb.array(ndarray), then np.asarray(t)
@@ -14,6 +15,8 @@ Problems:
              (jit(value_and_grad) + opt.update) against JAX's value_and_grad and Adam in one
              jax.jit; train_pinn_trainer, train_mlp_trainer: qb.optim.Trainer.step against the
              same JAX step
+  lj         Lennard-Jones energy and forces of 1024 particles, all pairs by broadcasting,
+             jit(value_and_grad(energy)); the hand-written kernel loops over the pairs
 
 Every measurement runs in a subprocess of its own. For each (problem, implementation) a cold
 process starts with empty compile caches (fresh QUABLA_CACHE_DIR, NUMBA_CACHE_DIR and JAX
@@ -43,7 +46,7 @@ ROOT = os.path.dirname(HERE)
 
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn", "train_pinn", "train_pinn_trainer",
-            "train_mlp", "train_mlp_trainer"]
+            "train_mlp", "train_mlp_trainer", "lj"]
 IMPL_NAMES = ["quabla", "jax", "numba"]
 DESCRIPTIONS = {
     "roundtrip": "NumPy round trip, 1e6 float64",
@@ -54,6 +57,7 @@ DESCRIPTIONS = {
     "train_pinn_trainer": "README PINN train step, (b) Trainer",
     "train_mlp": "MLP PINN train step, (a) loop",
     "train_mlp_trainer": "MLP PINN train step, (b) Trainer",
+    "lj": "Lennard-Jones energy+forces, 1024",
 }
 
 
@@ -150,7 +154,7 @@ def _child(impl, problem, phase):
 
 # -- the parent side: processes, table ------------------------------------------------------------
 
-def _spawn(impl, problem, phase, cache_dir, timeout):
+def _spawn(impl, problem, phase, cache_dir, timeout, script=__file__):
     env = dict(os.environ)
     env["QUABLA_CACHE_DIR"] = os.path.join(cache_dir, "quabla")
     env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
@@ -158,7 +162,7 @@ def _spawn(impl, problem, phase, cache_dir, timeout):
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # start-up is measured as an installed library runs: with its bytecode cached
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, problem, phase]
+    cmd = [sys.executable, os.path.abspath(script), "--child", impl, problem, phase]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -279,6 +283,12 @@ def _agreement(problem, results):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compile"]:  # the compile-time breakdown: benchmarks/compile.py
+        sys.path.insert(0, HERE)
+        import compile as breakdown
+
+        return breakdown.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("problems", nargs="*", help=f"subset of {PROBLEMS}")
     parser.add_argument("--impls", default=",".join(IMPL_NAMES),

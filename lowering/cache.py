@@ -13,20 +13,42 @@ go to a private fallback that every such process reuses. An entry is used only i
 are this user's or the directory owner's and nobody else may write them, its manifest has the
 exact schema and names the key being loaded, and the object matches the recorded digest;
 anything else is recompiled, never linked.
+
+The private directory is bounded (``QUABLA_CACHE_MAX_BYTES``, default 2 GiB): after a write
+that takes it over the bound, the least recently used entries are deleted, manifest first. A
+hit marks its entry used by touching the manifest (once per process and entry). Every change
+to the directory is made under its lock file; reads take no lock, and since each file is
+replaced whole and the manifest checks the object's digest, a reader sees a whole entry or a
+miss (and recompiles). ``python -m quabla.cache`` shows and clears the cache.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
+import re
 import stat
 import sys
 import tempfile
 import warnings
+from typing import NamedTuple
 
-__all__ = ["cache_dir", "entry_key", "write_source", "read_object", "write_object"]
+try:
+    import fcntl
+except ImportError:  # no advisory locks here: changes are still atomic per file
+    fcntl = None
+
+__all__ = ["cache_dir", "entry_key", "write_source", "read_object", "write_object",
+           "max_bytes", "info", "clear"]
 
 _PREFIX = "qb_"  # every file the cache writes starts with it (and only those are ever purged)
+_SUFFIXES = (".manifest.json", ".o", ".py")  # an entry's files, in the order they are deleted
+_ENTRY_FILE = re.compile(r"(qb_[0-9a-f]{32})(\.manifest\.json|\.o|\.py)\Z")
+_TEMPORARY = re.compile(r"qb_[a-z0-9_]+\.tmp\Z")  # a write in progress, or a killed writer's
+_LOCK = "qb_lock"
+_DEFAULT_MAX_BYTES = 2 * 1024**3
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _MANIFEST = {"key": str, "entry": str, "symbols": list, "sha256": str}
 _DIRS = None  # (directory new entries go to, ((directory, owner uid) read in order, ...))
 
@@ -176,14 +198,32 @@ def _replace(path, data):
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def _locked():
+    """Hold the private directory's lock. Every change to the directory is made under it, so
+    no two processes interleave the files of one entry, and a temporary file seen while
+    holding it was left by a writer that died."""
+    fd = os.open(os.path.join(cache_dir(), _LOCK),
+                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def write_source(key, source):
     """Write ``source`` as entry ``key``'s source unless an identical file is there; returns
     its path (for tracebacks: the module is compiled from the text, never imported from it)."""
     path = _path(key, ".py")
     if _read(path, _UID) != source.encode("utf-8"):
-        # a missing, corrupted or planted source: replace it; its stale manifest no longer applies
-        _remove(_path(key, ".manifest.json"))
-        _replace(path, source.encode("utf-8"))
+        with _locked():
+            if _read(path, _UID) != source.encode("utf-8"):
+                # a missing, corrupted or planted source: replace it; its stale manifest no
+                # longer applies
+                _remove(_path(key, ".manifest.json"))
+                _replace(path, source.encode("utf-8"))
     return path
 
 
@@ -211,27 +251,152 @@ def _valid(manifest, key):
             and manifest["key"] == key and key in manifest["entry"])
 
 
+def _verified(folder, owner, key):
+    """``(object code, manifest)`` of a valid entry ``key`` in ``folder``, else None."""
+    code, text = (_read(os.path.join(folder, key + suffix), owner)
+                  for suffix in (".o", ".manifest.json"))
+    if code is None or text is None:
+        return None
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return None
+    if _valid(manifest, key) and manifest["sha256"] == hashlib.sha256(code).hexdigest():
+        return code, manifest
+    return None
+
+
+_USED = set()  # the keys whose manifest this process touched
+
+
+def _mark_used(key):
+    """Make entry ``key`` the most recently used one: its manifest's mtime is its last use."""
+    if key not in _USED:
+        _USED.add(key)
+        with contextlib.suppress(OSError):  # evicted meanwhile
+            os.utime(_path(key, ".manifest.json"), follow_symlinks=False)
+
+
+def _private_entry(key):
+    """Entry ``key`` from the private directory, marked used. An invalid one is deleted, after
+    a second look under the lock (another process may have been writing it right then)."""
+    found = _verified(cache_dir(), _UID, key)
+    if found is None:
+        with _locked():
+            found = _verified(cache_dir(), _UID, key)
+            if found is None:
+                _remove(_path(key, ".o"), _path(key, ".manifest.json"))
+    if found is not None:
+        _mark_used(key)
+    return found
+
+
 def read_object(key):
     """``(object code, manifest)`` of entry ``key`` from the first directory holding a valid
     one; None if there is none, and an invalid one in the private directory is deleted."""
     for folder, owner in _dirs()[1]:
-        paths = [os.path.join(folder, key + suffix) for suffix in (".o", ".manifest.json")]
-        code, text = (_read(p, owner) for p in paths)
-        if code is not None and text is not None:
-            try:
-                manifest = json.loads(text)
-            except ValueError:
-                manifest = None
-            if _valid(manifest, key) and manifest["sha256"] == hashlib.sha256(code).hexdigest():
-                return code, manifest
-        if folder == cache_dir():
-            _remove(*paths)
+        found = _private_entry(key) if folder == cache_dir() else _verified(folder, owner, key)
+        if found is not None:
+            return found
     return None
 
 
 def write_object(key, code, entry, symbols):
-    """Store entry ``key``'s object code, then the manifest that vouches for it."""
-    _replace(_path(key, ".o"), code)
+    """Store entry ``key``'s object code, then the manifest that vouches for it (a reader that
+    meanwhile reads the old object and the new manifest looks again under the lock); then
+    evict least recently used entries while the cache is over its bound."""
+    bound = max_bytes()
     manifest = {"key": key, "entry": entry, "symbols": list(symbols),
                 "sha256": hashlib.sha256(code).hexdigest()}
-    _replace(_path(key, ".manifest.json"), json.dumps(manifest).encode())
+    with _locked():
+        _replace(_path(key, ".o"), code)
+        _replace(_path(key, ".manifest.json"), json.dumps(manifest).encode())
+        _evict(bound)
+
+
+def max_bytes():
+    """The bound on the private directory's size: ``QUABLA_CACHE_MAX_BYTES`` (bytes, or with a
+    K, M, G or T suffix, powers of 1024), default 2 GiB."""
+    value = os.environ.get("QUABLA_CACHE_MAX_BYTES", "").strip()
+    if not value:
+        return _DEFAULT_MAX_BYTES
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?)", value.lower())
+    if match is None:
+        raise ValueError(f"QUABLA_CACHE_MAX_BYTES={value!r} is not a size: give a number of "
+                         "bytes, optionally with a K, M, G or T suffix (e.g. 2G)")
+    return int(match[1]) * _UNITS[match[2]]
+
+
+class _Entry(NamedTuple):
+    key: str
+    paths: list  # in deletion order: manifest, object, source
+    size: int
+    used: int  # last use (ns): the manifest's mtime, else (being written, or left by a writer
+    #            that died) its newest file's
+    complete: bool  # has an object and a manifest
+
+
+def _scan():
+    """``(entries, temporary files)``: the cache's files in the private directory, entries
+    least recently used first, temporary files as ``(path, size)``."""
+    files, temporary = {}, []
+    with os.scandir(cache_dir()) as listing:
+        for item in listing:
+            match = _ENTRY_FILE.match(item.name)
+            if match is None and not _TEMPORARY.match(item.name):
+                continue  # not the cache's
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:  # deleted meanwhile
+                continue
+            if match is None:
+                temporary.append((item.path, st.st_size))
+            else:
+                files.setdefault(match[1], {})[match[2]] = (item.path, st)
+    entries = []
+    for key, parts in files.items():
+        dated = [parts[".manifest.json"]] if ".manifest.json" in parts else parts.values()
+        entries.append(_Entry(key, [parts[s][0] for s in _SUFFIXES if s in parts],
+                              sum(st.st_size for _, st in parts.values()),
+                              max(st.st_mtime_ns for _, st in dated),
+                              ".o" in parts and ".manifest.json" in parts))
+    entries.sort(key=lambda e: e.used)
+    return entries, temporary
+
+
+def _evict(bound):
+    """Delete the temporary files of writers that died, then least recently used entries
+    until the private directory holds at most ``bound`` bytes. The caller holds the lock."""
+    entries, temporary = _scan()
+    _remove(*(path for path, _ in temporary))
+    total = sum(e.size for e in entries)
+    for e in entries:
+        if total <= bound:
+            break
+        _remove(*e.paths)
+        total -= e.size
+
+
+def info():
+    """What is in the cache: ``directory`` (where new entries go), ``read_only`` (directories
+    only read), ``entries`` (complete ones), ``bytes`` (all the cache's files in the
+    directory), ``max_bytes``, and ``last_used``: ``(least, most)`` recent, in ns, or None."""
+    entries, temporary = _scan()
+    used = [e.used for e in entries if e.complete]
+    return {"directory": cache_dir(),
+            "read_only": [folder for folder, _ in _dirs()[1] if folder != cache_dir()],
+            "entries": len(used),
+            "bytes": sum(e.size for e in entries) + sum(size for _, size in temporary),
+            "max_bytes": max_bytes(),
+            "last_used": (used[0], used[-1]) if used else None}
+
+
+def clear():
+    """Delete every entry (and temporary files of writers that died) in the private directory,
+    and nothing else; returns ``(entries, bytes)`` removed. Read-only directories are left."""
+    with _locked():
+        entries, temporary = _scan()
+        for e in entries:
+            _remove(*e.paths)
+        _remove(*(path for path, _ in temporary))
+    return len(entries), sum(e.size for e in entries) + sum(size for _, size in temporary)

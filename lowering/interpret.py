@@ -11,6 +11,11 @@ __all__ = ["Interpreter", "evaluate"]
 
 
 def evaluate(graph, args):
+    """The outputs of ``graph`` for ``args``. Each value is dropped after its last reader, so
+    the working set stays small and freed memory is reused (fresh pages cost more than the
+    arithmetic on them)."""
+    last = {o: nid for nid, node in enumerate(graph.nodes) for o in node.operands}
+    last.update((o, len(graph.nodes)) for o in graph.outputs)
     env = {}
     for nid, value in zip(graph.inputs, args):
         env[nid] = value
@@ -23,7 +28,11 @@ def evaluate(graph, args):
                 continue
             value = PRIMITIVES[node.op].impl(*[env[o] for o in node.operands], **dict(node.params))
             env[nid] = np.asarray(value, dtype=node.dtype.numpy)
-    return [np.array(env[o], dtype=graph.nodes[o].dtype.numpy, copy=True) for o in graph.outputs]
+            for o in node.operands:
+                if last[o] == nid:
+                    env.pop(o, None)
+    return [np.array(env[o], dtype=graph.nodes[o].dtype.numpy, copy=True, order="C")
+            for o in graph.outputs]
 
 
 class Interpreter:

@@ -13,8 +13,8 @@ from . import tree
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
 from .core.rewrite import simplify
 from .staging import (
-    Staged, Static, Transform, _Aval, _Text, _function_name, check_max_traces, signature_leaves,
-    trace_function,
+    Staged, Static, Transform, _Aval, _Text, _function_name, check_compile_mode, check_max_traces,
+    signature_leaves, trace_function,
 )
 from .transforms import batch_graph, jvp_graph, vjp_graph
 
@@ -76,9 +76,12 @@ class _Jit(Transform):
 class Jitted(Staged):
     """``jit(fun)``: static arguments by position or name, keyword arguments per 003 §3.8."""
 
-    def __init__(self, fun, device, static_argnums, static_argnames, max_traces):
+    def __init__(self, fun, device, static_argnums, static_argnames, max_traces,
+                 compile_mode=None):
         self._device_name = _check_device(device)
         max_traces = check_max_traces(max_traces)
+        if compile_mode is not None:
+            check_compile_mode(compile_mode)
         self._params = _parameters(fun)
         static_argnums, static_argnames = _static_sets(
             self._params, static_argnums, static_argnames, _function_name(fun))
@@ -86,9 +89,11 @@ class Jitted(Staged):
         self.static_argnames = static_argnames
         self._plain = not static_argnums and not static_argnames
         inner = fun if self._plain else _with_statics(fun, static_argnums)
-        config = ("jit", self._device_name, static_argnums, static_argnames, max_traces)
+        config = ("jit", self._device_name, static_argnums, static_argnames, max_traces,
+                  compile_mode)
         super().__init__(inner, _Jit(), max_traces, self._device_name,
                          name=f"jit({_function_name(fun)})", config=config, root=fun)
+        self.compile_mode = compile_mode
         self.__wrapped__ = fun
         functools.update_wrapper(self, fun, updated=())
 
@@ -235,15 +240,23 @@ def _static_sets(params, static_argnums, static_argnames, name):
 
 
 def jit(fun=None, *, device=None, static_argnums=(), static_argnames=(), max_traces=8,
-        precision=None):
-    """Compile ``fun``: one program per signature, cached (at most ``max_traces``, LRU)."""
+        precision=None, compile=None):  # noqa: A002 - the option's documented name
+    """Compile ``fun``: one program per signature, cached (at most ``max_traces``, LRU).
+
+    ``compile="eager"`` (the default, unless ``QUABLA_COMPILE`` names another mode) compiles a
+    new signature before its first call returns, and results are deterministic.
+    ``compile="background"`` answers such a call at once with the NumPy reference interpreter
+    while a worker process compiles the program, and switches to native code on the first
+    call after the worker is done (logged under ``QUABLA_LOG_COMPILES``); results across the
+    switch agree within float tolerance but are not bitwise identical.
+    """
     if fun is None:
         return lambda f: jit(f, device=device, static_argnums=static_argnums,
                              static_argnames=static_argnames, max_traces=max_traces,
-                             precision=precision)
+                             precision=precision, compile=compile)
     if precision not in (None, "float64"):
         raise ValueError(f"precision must be None or 'float64', got {precision!r}")
-    return Jitted(fun, device, static_argnums, static_argnames, max_traces)
+    return Jitted(fun, device, static_argnums, static_argnames, max_traces, compile)
 
 
 # -- grad and value_and_grad ----------------------------------------------------------------------

@@ -228,7 +228,10 @@ class Staged:
 
     ``config`` (hashable) identifies the transform; with it, every Staged of the same root
     function and chain of configs shares one cache. ``root`` overrides ``fun`` as that root.
+    ``compile_mode`` is jit's ``compile=`` (``check_compile_mode``; None: ``QUABLA_COMPILE``).
     """
+
+    compile_mode = None
 
     def __init__(self, fun, transform, max_traces=8, device=None, name=None, config=None,
                  root=None):
@@ -381,16 +384,26 @@ class Staged:
             flight = None  # an error's traceback holds this frame: no cycle through the flight
 
     def _compile(self, key, treedef, parts, staged):
-        """Lower a staged graph and cache the program as the entry of ``key``."""
-        from lowering import compile as lower_compile
-
+        """Lower a staged graph and cache the program as the entry of ``key``. In background
+        mode the entry's ``run`` interprets until a worker has compiled the program, and is
+        then replaced by the native one (so the hot path is the same as eager mode's)."""
         graph, assemble, _ = staged
-        start = time.perf_counter()
-        executable = lower_compile(graph, self.device)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("compiled %s for %s in %.1f ms", self.name,
-                        self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))
-        entry = _Entry(getattr(executable, "run", executable), assemble, graph, key)
+        entry = _Entry(None, assemble, graph, key)
+        if check_compile_mode(self.compile_mode) == "background":
+            from lowering.background import compile_in_background
+
+            executable = compile_in_background(
+                graph, self.device, f"{self.name} for {self.describe(treedef, parts)}",
+                lambda run: setattr(entry, "run", run))
+        else:
+            from lowering import compile as lower_compile
+
+            start = time.perf_counter()
+            executable = lower_compile(graph, self.device)
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("compiled %s for %s in %.1f ms", self.name,
+                            self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))
+        entry.run = getattr(executable, "run", executable)
         with self._lock:
             self._remember(self._cache, key, entry, treedef, parts)
         return entry
@@ -504,6 +517,21 @@ class Static:
 
     def __repr__(self):
         return repr(self.value)
+
+
+COMPILE_MODES = ("eager", "background")
+
+
+def check_compile_mode(value):
+    """The compile mode: ``value`` (jit's ``compile=``), else ``QUABLA_COMPILE``, else eager;
+    a ``ValueError`` names the valid ones."""
+    source = "compile"
+    if value is None:
+        value, source = os.environ.get("QUABLA_COMPILE") or "eager", "QUABLA_COMPILE"
+    if value not in COMPILE_MODES:
+        raise ValueError(f"{source}={value!r} names no compile mode; valid values are "
+                         f"{', '.join(map(repr, COMPILE_MODES))}")
+    return value
 
 
 def check_max_traces(value):

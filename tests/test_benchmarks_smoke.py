@@ -91,3 +91,46 @@ def test_training_problems_agree_on_their_first_loss():
         np.testing.assert_allclose(losses[problem][0], expected, rtol=1e-12)
     assert losses["train_pinn"] == losses["train_pinn_trainer"]
     assert losses["train_pinn"][-1] < losses["train_pinn"][0]
+
+
+def test_compile_breakdown_of_one_small_compile(tmp_path):
+    """benchmarks/compile.py's child compiles the README PINN in a fresh process with empty
+    caches and accounts for its first call phase by phase."""
+    import json
+    import subprocess
+
+    breakdown = _load("compile")
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path / "q"), NUMBA_CACHE_DIR=str(tmp_path / "n"))
+    env.pop("QUABLA_BACKEND", None)
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "compile.py"), "--child", "quabla",
+                           "pinn_vmap", "cold"], env=env, capture_output=True, text=True, timeout=300)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("@@RESULT ")][-1]
+    result = json.loads(line[len("@@RESULT "):])
+    assert set(result) == set(breakdown.PHASES) | {"total", "cpu", "cpu_phases"}, result
+    assert set(result["cpu_phases"]) == set(breakdown.PHASES)
+    assert all(result[p] >= 0 for p in breakdown.PHASES)
+    for phase in ("import numba", "numba typing", "numba lowering", "llvm optimisation",
+                  "llvm codegen", "codegen", "cache"):
+        assert result[phase] > 0, phase  # a real compile went through every stage
+    assert sum(result[p] for p in breakdown.PHASES) <= result["total"] * 1.01
+    assert any(name.startswith("qb_") for name in os.listdir(tmp_path / "q"))
+    text = breakdown.table({"pinn_vmap": {"quabla": result, "jax": {"first_call": 0.05}}})
+    assert "numba typing" in text and "50 ms" in text and "jax cold first call" in text
+
+
+def test_lj_problem_energy_and_forces_agree_with_the_pair_loop(monkeypatch):
+    monkeypatch.setenv("QUABLA_BACKEND", "interpret")
+    monkeypatch.setattr(problems, "LJ_PARTICLES", 64)
+    x = problems.lj_positions()
+    case = problems.build_quabla("lj")
+    value, grad = case.fn(*case.args)
+    energy, expected = 0.0, np.zeros_like(x)
+    for i in range(len(x)):
+        for j in range(len(x)):
+            if i != j:
+                d = x[i] - x[j]
+                r2 = d @ d
+                energy += 2 * (r2**-6 - r2**-3)
+                expected[i] += -24 * (2 * r2**-6 - r2**-3) / r2 * d
+    np.testing.assert_allclose(value.item(), energy, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-9, atol=1e-12)

@@ -20,12 +20,15 @@ from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, schedu
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
 
-# Products with at least this many multiply-adds go to BLAS when SciPy (which Numba needs for
-# np.dot) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no BLAS
+# Products with at least this many multiply-adds go to BLAS when SciPy (where Numba finds
+# BLAS) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no BLAS
 # threads to wake.
 BLAS_THRESHOLD = 1 << 18
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
+# Products without BLAS of at most this many multiply-adds are emitted as plain loops: the
+# first call of the runtime's _matmul costs a Numba compile of its own (~0.4 s).
+SMALL_LOOP = 4096
 
 
 def blas_available():
@@ -215,8 +218,9 @@ class _Emitter:
             self.slot_of[var] = (dtype.name, start)
             self.views[(dtype.name, start, shape)] = var
         self.shapes[var] = shape
-        if fill is not None:
-            self.emit(f"{var}.fill({fill})")
+        if fill is not None:  # a loop: ndarray.fill costs a Numba compile per array type
+            idx = ", ".join(f"i{k}" for k in range(len(shape))) or "0"
+            self.loops(shape, f"{self.reshaped(var, shape or (1,))}[{idx}] = {fill}")
 
     def reshaped(self, name, shape, var=None):
         """``name`` seen with ``shape`` (C order), as ``var`` if given: ``name`` itself when
@@ -477,7 +481,8 @@ class _Emitter:
 
     def op_dot_general(self, node, out, args, dimension_numbers):
         """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
-        BLAS (np.dot, which needs SciPy) for large products, a vectorisable loop nest else.
+        BLAS (runtime._gemm, which needs SciPy) for large products, a vectorisable loop nest
+        else.
         In a tile loop, a product that sums over the rows adds each tile's part to its
         accumulator (set up before the loop)."""
         (lc, rc), (lb, rb) = dimension_numbers
@@ -501,7 +506,7 @@ class _Emitter:
             a = self.operand_2d(f"{t}a", args[0], lshape, lf, lc, M, K, lhs.dtype)
             b = self.hoisted.get(nid) or self.rhs_operand(node, f"{t}b")
             self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
-            self.emit(f"np.dot({a}, {b}, {self.reshaped(target, (M, N))})")
+            self.emit(f"_gemm({a}, {b}, {self.reshaped(target, (M, N))})")
         else:
             a = self.arrange(f"{t}a", args[0], lshape, lhs.dtype,
                              tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
@@ -509,13 +514,29 @@ class _Emitter:
             self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
             if blas:
                 self.emit(f"for b in range({B}):")
-                self.emit(f"np.dot({a}[b], {b}[b], {target}[b])", 2)
+                self.emit(f"_gemm({a}[b], {b}[b], {target}[b])", 2)
+            elif B * M * K * N <= SMALL_LOOP:
+                self.small_product(a, b, target, (B, M, K, N), node.dtype)
             else:
                 self.emit(f"_matmul({a}, {b}, {target})")
         if accumulate:
             self.loops((B, M, N), f"{t}[i0, i1, i2] += {target}[i0, i1, i2]")
         else:
             self.product_result(node, out, t)
+
+    def small_product(self, a, b, out, dims, dtype):
+        """``out`` = (B, M, K) x (B, K, N) as a plain loop nest summing over k in order (as
+        ``_matmul`` does, so the same bits): cheaper to compile than a first call of
+        ``_matmul``, and as fast for products this small."""
+        B, M, K, N = dims
+        acc = f"{out}s"
+        self.emit(f"for i0 in range({B}):")
+        self.emit(f"for i1 in range({M}):", 2)
+        self.emit(f"for i2 in range({N}):", 3)
+        self.emit(f"{acc} = {_literal(0.0, dtype)}", 4)
+        self.emit(f"for k in range({K}):", 4)
+        self.emit(f"{acc} = {acc} + {a}[i0, i1, k] * {b}[i0, k, i2]", 5)
+        self.emit(f"{out}[i0, i1, i2] = {acc}", 4)
 
     def blas_2d(self, node):
         """Does this product go to BLAS as a single 2-d product?"""
@@ -549,7 +570,7 @@ class _Emitter:
     def operand_2d(self, target, name, shape, first, second, rows, cols, dtype=None,
                    copy_transposed=False, expiry=None):
         """An expression for the operand (of ``shape``) with axes ``first`` as rows and
-        ``second`` as columns, as a 2-d array that np.dot takes without a copy: a reshape when
+        ``second`` as columns, as a 2-d array that _gemm takes without a copy: a reshape when
         those axes are already in memory order, the transpose of one when they are in the
         opposite order (an F-order view, which BLAS reads as transposed), else a copy into a
         C-contiguous scratch array."""
@@ -589,17 +610,25 @@ class _Emitter:
         n = node.shape[-1]
         self.stacked("_cholesky", node, out, args, [(n, n), (n, n)], [(f"t{out}low", (n, n))])
 
-    def stacked(self, kernel, node, out, args, matrices, workspaces):
+    def op_triangular_solve(self, node, out, args, lower, transpose_a):
+        rank = len(self.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
+        n = node.shape[rank - 2]
+        m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
+        self.stacked("_triangular_solve", node, out, args, [(n, n), (n, m), (n, m)],
+                     [(f"t{out}x", (n, m))], flags=(lower, transpose_a))
+
+    def stacked(self, kernel, node, out, args, matrices, workspaces, flags=()):
         """``kernel`` on each matrix of a stack (the leading axes), through 2-d views of the
         operands and of ``out`` (of shapes ``matrices``, out's last); the float64 ``workspaces``
-        are shared by all matrices."""
+        are shared by all matrices, the static ``flags`` follow them."""
         self.alloc(out, node.shape, node.dtype, result=node_id(out))
         for name, shape in workspaces:
             self.alloc(name, shape, _FLOAT64)
         batch = math.prod(node.shape) // math.prod(matrices[-1])
         views = [f"{_view(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
         self.emit(f"for b in range({batch}):")
-        self.emit(f"{kernel}({', '.join(views + [name for name, _ in workspaces])})", 2)
+        names = [name for name, _ in workspaces] + [repr(flag) for flag in flags]
+        self.emit(f"{kernel}({', '.join(views + names)})", 2)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,6 +7,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from quabla.core.rules.elementwise import power_by_squaring
@@ -194,6 +195,44 @@ def _data(typingctx, array):
     return result(array), codegen
 
 
+@intrinsic
+def _gemm(typingctx, a, b, out):
+    """``out`` = ``a`` @ ``b`` for 2-d arrays, C-contiguous or transposed views of such (layout
+    F), by one call of Numba's BLAS helper ``numba_xxgemm`` (the one np.dot calls), without
+    np.dot's shape checks and error paths: a first np.dot costs a compile of its own, and each
+    call site types and lowers them (the code generator has checked the shapes)."""
+    if any(t.ndim != 2 or t.layout not in "CF" for t in (a, b, out)) or out.layout != "C":
+        return None
+    kind = {types.float64: "d", types.float32: "s"}[out.dtype]
+
+    def codegen(context, builder, sig, args):
+        a_, b_, c_ = (context.make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
+        m, k = builder.extract_value(a_.shape, 0), builder.extract_value(a_.shape, 1)
+        n = builder.extract_value(b_.shape, 1)
+        char, size, void = ir.IntType(8), context.get_value_type(types.intp), _byte_pointer()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            ir.IntType(32), [char, char, char, size, size, size, void, void, size, void, size,
+                             void, void, size]), "numba_xxgemm")
+
+        def operand(ty, array, rows, cols):
+            # column-major BLAS sees a C array transposed: out^T = b^T a^T
+            trans = ty.layout == "F"
+            return (ir.Constant(char, ord("t" if trans else "n")), rows if trans else cols,
+                    builder.bitcast(array.data, void))
+
+        ta, lda, pa = operand(sig.args[1], b_, k, n)
+        tb, ldb, pb = operand(sig.args[0], a_, m, k)
+        scalar = context.get_value_type(sig.args[2].dtype)
+        one = cgutils.alloca_once_value(builder, ir.Constant(scalar, 1.0))
+        zero = cgutils.alloca_once_value(builder, ir.Constant(scalar, 0.0))
+        builder.call(fn, [ir.Constant(char, ord(kind)), ta, tb, n, m, k,
+                          builder.bitcast(one, void), pa, lda, pb, ldb,
+                          builder.bitcast(zero, void), builder.bitcast(c_.data, void), n])
+        return context.get_dummy_value()
+
+    return types.none(a, b, out), codegen
+
+
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
            and name not in ("_inline", "_power_by_squaring", "_byte_pointer", "_field",
                             "_select", "_f64_from_bits", "_exp_0_45",
@@ -301,4 +340,31 @@ def _cholesky(a, out, low):
             out[i, j] = low[i, j]
 
 
-__all__ += ["_matmul", "_solve", "_cholesky"]
+@numba.njit(error_model="numpy", cache=True)
+def _triangular_solve(a, b, out, x, lower, transpose):
+    """``out`` = op(T)^-1 b for ``b`` and ``out`` of shape (n, m): T the lower (``lower``) or
+    upper triangle of ``a`` (the other is never read), op(T) = T or T^T (``transpose``). Rows are
+    substituted in order in the float64 workspace ``x`` (n, m), each sum accumulated in order of
+    the rows it reads, as the reference does; a zero on the diagonal gives inf/NaN."""
+    n = a.shape[0]
+    m = b.shape[1]
+    forward = lower != transpose
+    for step in range(n):
+        i = step if forward else n - 1 - step
+        xi = x[i]
+        xi.fill(0.0)
+        for q in range(step):
+            k = q if forward else n - 1 - q
+            t = np.float64(a[k, i] if transpose else a[i, k])
+            xk = x[k]
+            for j in range(m):
+                xi[j] += t * xk[j]
+        d = np.float64(a[i, i])
+        for j in range(m):
+            xi[j] = (b[i, j] - xi[j]) / d
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = x[i, j]
+
+
+__all__ += ["_matmul", "_solve", "_cholesky", "_triangular_solve"]
