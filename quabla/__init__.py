@@ -24,6 +24,7 @@ from .ops import (
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
 from .jacobians import jacobian, hessian
 from . import tree, random, optim
+from . import linalg
 from .checkpoint import save, load
 
 _operators._ops = _ops_module
@@ -50,5 +51,5 @@ __all__ = [
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
     "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "hessian",
-    "tree", "random", "optim", "save", "load",
+    "tree", "random", "optim", "linalg", "save", "load",
 ]

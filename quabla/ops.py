@@ -696,8 +696,14 @@ def solve(a, b):
     a 1-d ``b`` [n] is one vector for every matrix (``x`` is [..., n]); any other ``b`` is a
     stack of matrices [..., n, k] whose leading axes broadcast with those of ``a``. For a stack
     of vectors, use ``solve(a, b[..., None])[..., 0]`` (or vmap a vector solve)."""
-    a, b = _promote("solve", (a, b))
-    _square_matrices(a, "solve")
+    return bind("solve", *_solve_operands("solve", a, b))
+
+
+def _solve_operands(name, a, b):
+    """``solve``'s operands (and those of the other solves) promoted and broadcast to the
+    primitive's form: ``a`` [*batch, n, n] and ``b`` [*batch, n] or [*batch, n, k]."""
+    a, b = _promote(name, (a, b))
+    _square_matrices(a, name)
     n = a.shape[-1]
     vector = b.ndim == 1
     try:
@@ -706,12 +712,12 @@ def solve(a, b):
         batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     except ValueError:
         raise ValueError(
-            f"quabla.solve: b of shape {list(b.shape)} does not match a {list(a.shape)}; b is "
-            "[n] or [..., n, k] (for a stack of vectors use b[..., None])"
+            f"quabla.{name}: b of shape {list(b.shape)} does not match a {list(a.shape)}; b "
+            "is [n] or [..., n, k] (for a stack of vectors use b[..., None])"
         ) from None
     a = broadcast_to(a, batch + (n, n))
     b = broadcast_to(b, batch + tuple(b.shape[-1 if vector else -2:]))
-    return bind("solve", a, b)
+    return a, b
 
 
 def cholesky(a):

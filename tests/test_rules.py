@@ -11,8 +11,8 @@ coverage test until it gets a case here), in float64 and float32:
   per-example gradients ``vmap(grad(<u, f>))`` equal the stacked gradients.
 
 Primitives without a derivative (comparisons, bool logic, bool reductions) get the batching
-check only. solve and cholesky take stacks of matrices (leading batch axes), so their batched
-cases are vmapped over a second batch axis.
+check only. solve, triangular_solve and cholesky take stacks of matrices (leading batch axes),
+so their batched cases are vmapped over a second batch axis.
 
 Each primitive is reached through the public ops, and the coverage test checks that the case's
 traced graph really contains the primitive. Pow at its singular points (spec 000 §3.2, S1b) is
@@ -191,6 +191,20 @@ CASES = {
              "one vector for a stack"),
         Case(lambda a, b: qb.solve(a, b), _args(_square(2, (2, 1)), _u((3, 2, 1))),
              "broadcast batch axes"),
+    ],
+    "triangular_solve": [  # the other triangle of a is random: it must not be read
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b, lower=True),
+             _args(_square(3), _u((3, 2))), "lower matrix"),
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b), _args(_square(3), _u((3,))),
+             "upper vector"),
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b, lower=True, transpose_a=True),
+             _args(_square(3, (2,)), _u((2, 3, 2))), "lower transposed batched matrices"),
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b, transpose_a=True),
+             _args(_square(3, (2,)), _u((3,))), "upper transposed, one vector for a stack"),
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b[..., None], lower=True)[..., 0],
+             _args(_square(3, (2,)), _u((2, 3))), "batched vectors"),
+        Case(lambda a, b: qb.linalg.triangular_solve(a, b, transpose_a=True),
+             _args(_square(2, (2, 1)), _u((3, 2, 1))), "broadcast batch axes"),
     ],
     "cholesky": [
         Case(_spd_cholesky, _args(_spd_factor(3))),

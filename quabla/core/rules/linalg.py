@@ -1,4 +1,5 @@
-"""Rule tables of the linear-algebra primitives: dot_general, solve and cholesky."""
+"""Rule tables of the linear-algebra primitives: dot_general, solve, triangular_solve and
+cholesky."""
 
 import numpy as np
 
@@ -121,10 +122,10 @@ register(Primitive(
 ))
 
 
-# -- solve and cholesky: stacks of matrices ------------------------------------------------------
+# -- solve, triangular_solve and cholesky: stacks of matrices ------------------------------------
 #
-# Both take leading batch axes, as JAX's linalg does: ``a`` is [*batch, n, n]. The solve
-# primitive's ``b`` has the same batch axes and is a stack of vectors [*batch, n] or of matrices
+# All take leading batch axes, as JAX's linalg does: ``a`` is [*batch, n, n]. The solve
+# primitives' ``b`` has the same batch axes and is a stack of vectors [*batch, n] or of matrices
 # [*batch, n, k]; its rank relative to ``a`` tells which, so there is no ambiguity (the public
 # qb.solve, which follows NumPy 2, broadcasts its operands into this form). Rules use transposes
 # of the last two axes and batched dot_general, so batching them is binding the same primitive
@@ -168,22 +169,22 @@ def _matmul(a, x):
 
 def _broadcast_batch(op):
     """Batching rule: unmapped operands are broadcast along the new leading axis."""
-    def batch(args, batched, size):
+    def batch(args, batched, size, **params):
         args = [x if f else ops.broadcast_to(x, (size,) + tuple(x.shape))
                 for x, f in zip(args, batched)]
-        return bind(op, *args), True
+        return bind(op, *args, **params), True
     return batch
 
 
 # -- solve --------------------------------------------------------------------------------------
 
-def _solve_shape(a, b):
+def _solve_shape(a, b, name="solve"):
     if a.dtype is not b.dtype:
-        raise TypeError("solve needs floating operands of one dtype")
-    _check_square(a, "solve")
+        raise TypeError(f"{name} needs floating operands of one dtype")
+    _check_square(a, name)
     if b.ndim not in (a.ndim - 1, a.ndim) or tuple(b.shape[:a.ndim - 1]) != tuple(a.shape[:-1]):
         raise ValueError(
-            f"solve: b {list(b.shape)} is neither [..., n] nor [..., n, k] for a {list(a.shape)}"
+            f"{name}: b {list(b.shape)} is neither [..., n] nor [..., n, k] for a {list(a.shape)}"
         )
     return tuple(b.shape), b.dtype, a._weak and b._weak
 
@@ -223,6 +224,68 @@ register(Primitive(
 ))
 
 
+# -- triangular_solve -----------------------------------------------------------------------------
+#
+# x = op(T)^-1 b, where T is the lower (``lower``) or upper triangle of ``a`` (the other triangle
+# is never read, as in LAPACK's trsm) and op(T) is T or, with ``transpose_a``, T^T.
+
+def _triangle(x, lower):
+    return ops.tril(x) if lower else ops.triu(x)
+
+
+def _triangular_shape(a, b, *, lower, transpose_a):
+    return _solve_shape(a, b, "triangular_solve")
+
+
+def _triangular_impl(a, b, *, lower, transpose_a):
+    """Substitution in float64 (as the Numba kernel computes), one row of every matrix of the
+    stack at a time; a zero on the diagonal gives the infinities and NaNs it produces."""
+    if b.ndim < a.ndim:
+        return _triangular_impl(a, b[..., None], lower=lower, transpose_a=transpose_a)[..., 0]
+    m = (np.swapaxes(a, -1, -2) if transpose_a else a).astype(np.float64)
+    x = b.astype(np.float64)
+    n = a.shape[-1]
+    done = []  # the rows solved so far: the ones row i of op(T) reads
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for i in range(n) if lower != transpose_a else range(n - 1, -1, -1):
+            s = x[..., i, :] - (m[..., i, done, None] * x[..., done, :]).sum(-2)
+            x[..., i, :] = s / m[..., i, i, None]
+            done.append(i)
+    return x.astype(b.dtype)
+
+
+def _triangular_jvp(primals, tangents, out, *, lower, transpose_a):
+    """dx = op(T)^-1 (db - op(dT) x), dT the triangle of da."""
+    a, _ = primals
+    ta, tb = tangents
+    if is_zero(ta) and is_zero(tb):
+        return Zero(out.shape, out.dtype)
+    rhs = tb
+    if not is_zero(ta):
+        t = _triangle(ta, lower)
+        ax = _matmul(_mT(t) if transpose_a else t, out)
+        rhs = ops.negative(ax) if is_zero(rhs) else ops.subtract(rhs, ax)
+    return bind("triangular_solve", a, rhs, lower=lower, transpose_a=transpose_a)
+
+
+def _triangular_vjp(ct, primals, out, *, lower, transpose_a):
+    """gb = op(T)^-T ct, a triangular solve with the other ``transpose_a``; ga is the triangle
+    of -gb x^T (of -x gb^T for a transposed T), summed over the columns of a matrix b."""
+    a, _ = primals
+    gb = bind("triangular_solve", a, ct, lower=lower, transpose_a=not transpose_a)
+    batch = tuple(range(a.ndim - 2))
+    cols = tuple(range(a.ndim - 1, out.ndim))  # empty for vectors: an outer product
+    left, right = (out, gb) if transpose_a else (gb, out)
+    ga = _dot(left, right, ((cols, cols), (batch, batch)))
+    return [ops.negative(_triangle(ga, lower)), gb]
+
+
+register(Primitive(
+    "triangular_solve", shape_rule=_triangular_shape, impl=_triangular_impl,
+    jvp=_triangular_jvp, vjp=_triangular_vjp, batch=_broadcast_batch("triangular_solve"),
+))
+
+
 # -- cholesky -------------------------------------------------------------------------------------
 
 def _cholesky_shape(a):
@@ -242,19 +305,17 @@ def _cholesky_jvp(primals, tangents, out):
     (ta,) = tangents
     if is_zero(ta):
         return Zero(out.shape, out.dtype)
-    lower = out
-    # L^-1 dA L^-T, through two solves with L (general solves keep the primitive set small).
-    tmp = bind("solve", lower, ta)
-    inner = _mT(bind("solve", lower, _mT(tmp)))
-    return _matmul(lower, _phi(inner))
+    # L^-1 dA L^-T, through two triangular solves with L.
+    tmp = bind("triangular_solve", out, ta, lower=True, transpose_a=False)
+    inner = _mT(bind("triangular_solve", out, _mT(tmp), lower=True, transpose_a=False))
+    return _matmul(out, _phi(inner))
 
 
 def _cholesky_vjp(ct, primals, out):
     """S = L^-T phi(L^T ct) L^-1, symmetrised: the input is read as a symmetric matrix."""
-    lower_t = _mT(out)
-    p = _phi(_matmul(lower_t, ct))
-    tmp = bind("solve", lower_t, p)
-    s = _mT(bind("solve", lower_t, _mT(tmp)))
+    p = _phi(_matmul(_mT(out), ct))
+    tmp = bind("triangular_solve", out, p, lower=True, transpose_a=True)
+    s = _mT(bind("triangular_solve", out, _mT(tmp), lower=True, transpose_a=True))
     return [ops.multiply(0.5, ops.add(s, _mT(s)))]
 
 
