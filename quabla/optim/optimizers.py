@@ -56,14 +56,16 @@ class Optimizer:
     slots = ()
 
     def __init__(self, learning_rate, clip_norm=None):
+        object.__setattr__(self, "_programs", {})
+        self._next_count = (None, None)
         self.learning_rate = _learning_rate(learning_rate)
         self.clip_norm = None if clip_norm is None else _positive("clip_norm", clip_norm)
-        self._programs = {}
-        self._next_count = (None, None)
 
-    def config(self):
-        """Everything a compiled update bakes in: a changed hyperparameter compiles anew."""
-        return (type(self), self.learning_rate, self.clip_norm)
+    def __setattr__(self, name, value):
+        """Compiled updates bake the hyperparameters in: setting one drops them."""
+        object.__setattr__(self, name, value)
+        if not name.startswith("_"):
+            self._programs.clear()
 
     def init(self, params):
         state = {"step": 0}
@@ -74,29 +76,28 @@ class Optimizer:
     def update(self, params, grads, state):
         p_leaves, treedef = tree.flatten(params)
         g_leaves = _grad_leaves(treedef, grads)
-        live = [i for i, g in enumerate(g_leaves) if g is not None]
         slot_leaves = [_slot_leaves(state, name, treedef) for name in self.slots]
         step = state["step"]
-        count = step if isinstance(step, Array) else self._count(step)
-        outs = self._program(len(live))(
-            *[p_leaves[i] for i in live], *[g_leaves[i] for i in live],
-            *[s[i] for s in slot_leaves for i in live], count,
-        )
-        n = len(live)
-        new_p = list(p_leaves)
-        new_slots = [list(s) for s in slot_leaves]
-        for k, i in enumerate(live):
-            new_p[i] = outs[k]
-            for j, s in enumerate(new_slots):
-                s[i] = outs[(j + 1) * n + k]
-        if isinstance(step, Array):
-            new_state = {"step": outs[-1]}
+        host = not isinstance(step, Array)
+        count = self._count(step) if host else step
+        n = len(p_leaves)
+        if _has_none(g_leaves):  # leaves without a gradient stay out of the program
+            live = [i for i, g in enumerate(g_leaves) if g is not None]
+            outs = self._program(len(live))(
+                *[p_leaves[i] for i in live], *[g_leaves[i] for i in live],
+                *[s[i] for s in slot_leaves for i in live], count)
+            outs = _scatter(outs, live, p_leaves, slot_leaves)
         else:
+            outs = self._program(n)(*p_leaves, *g_leaves, *[x for s in slot_leaves for x in s],
+                                    count)
+        if host:
             new_state = {"step": int(step) + 1}
             self._next_count = (new_state["step"], outs[-1])
-        for name, s in zip(self.slots, new_slots):
-            new_state[name] = treedef.unflatten(s)
-        return treedef.unflatten(new_p), new_state
+        else:
+            new_state = {"step": outs[-1]}
+        for j, name in enumerate(self.slots):
+            new_state[name] = treedef.unflatten(outs[(j + 1) * n:(j + 2) * n])
+        return treedef.unflatten(outs[:n]), new_state
 
     def _count(self, step):
         """``step`` as a float64 scalar Tensor: the one the previous update computed when the
@@ -130,9 +131,8 @@ class Optimizer:
         return [ops.where(keep, g, g / norm * self.clip_norm) for g in grads]
 
     def _program(self, n):
-        """The compiled update of ``n`` leaves with gradients, one per configuration."""
-        key = (n, self.config())
-        program = self._programs.get(key)
+        """The compiled update of ``n`` leaves with gradients."""
+        program = self._programs.get(n)
         if program is None:
             from ..api import jit
 
@@ -145,7 +145,7 @@ class Optimizer:
                 return (*new_p, *[x for s in new_slots for x in s], count)
 
             update.__name__ = f"{type(self).__name__.lower()}_update"
-            program = self._programs[key] = jit(update, max_traces=64)
+            program = self._programs[n] = jit(update, max_traces=64)
         return program
 
 
@@ -161,9 +161,6 @@ class SGD(Optimizer):
             raise ValueError("nesterov=True needs a positive momentum")
         self.nesterov = bool(nesterov)
         self.slots = ("momentum",) if self.momentum else ()
-
-    def config(self):
-        return super().config() + (self.momentum, self.nesterov)
 
     def rule(self, p, g, slots, count, lr):
         if not self.momentum:
@@ -189,9 +186,6 @@ class Adam(Optimizer):
             raise ValueError(f"weight_decay must be a non-negative number, got {weight_decay!r}")
         self.weight_decay = float(weight_decay)
 
-    def config(self):
-        return super().config() + (self.b1, self.b2, self.eps, self.weight_decay)
-
     def rule(self, p, g, slots, count, lr):
         m, v = slots
         t = count + 1.0
@@ -205,9 +199,31 @@ class Adam(Optimizer):
         return p - step, (m, v)
 
 
+def _is_none(x):
+    return x is None
+
+
+def _has_none(leaves):
+    for leaf in leaves:
+        if leaf is None:
+            return True
+    return False
+
+
+def _scatter(outs, live, p_leaves, slot_leaves):
+    """The program's outputs for the ``live`` leaves, laid out as for every leaf: the others
+    keep their parameter and slot values."""
+    n, k = len(p_leaves), len(live)
+    full = list(p_leaves) + [x for s in slot_leaves for x in s]
+    for j in range(len(slot_leaves) + 1):
+        for pos, i in enumerate(live):
+            full[j * n + i] = outs[j * k + pos]
+    return full + [outs[-1]]
+
+
 def _grad_leaves(treedef, grads):
     """The gradient leaves in parameter order; ``None`` marks a leaf without a gradient."""
-    leaves, _ = tree.flatten(grads, is_leaf=lambda x: x is None)
+    leaves, _ = tree.flatten(grads, is_leaf=_is_none)
     if len(leaves) != treedef.num_leaves:
         raise ValueError(f"gradients {tree.structure(grads)} do not match parameters {treedef}")
     return leaves
