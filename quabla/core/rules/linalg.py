@@ -201,11 +201,16 @@ def _solve_jvp(primals, tangents, out):
     ta, tb = tangents
     if is_zero(ta) and is_zero(tb):
         return Zero(out.shape, out.dtype)
-    rhs = tb
-    if not is_zero(ta):
-        ax = _matmul(ta, out)
-        rhs = ops.negative(ax) if is_zero(rhs) else ops.subtract(rhs, ax)
-    return bind("solve", a, rhs)
+    return bind("solve", a, _tangent_rhs(ta, tb, out))
+
+
+def _tangent_rhs(ta, tb, out):
+    """``db - da x``: the right-hand side of a solve's tangent (``ta`` the tangent of the
+    operator as it acts, ``tb`` of the right-hand side; either may be Zero)."""
+    if is_zero(ta):
+        return tb
+    ax = _matmul(ta, out)
+    return ops.negative(ax) if is_zero(tb) else ops.subtract(tb, ax)
 
 
 def _solve_vjp(ct, primals, out):
@@ -260,12 +265,11 @@ def _triangular_jvp(primals, tangents, out, *, lower, transpose_a):
     ta, tb = tangents
     if is_zero(ta) and is_zero(tb):
         return Zero(out.shape, out.dtype)
-    rhs = tb
     if not is_zero(ta):
-        t = _triangle(ta, lower)
-        ax = _matmul(_mT(t) if transpose_a else t, out)
-        rhs = ops.negative(ax) if is_zero(rhs) else ops.subtract(rhs, ax)
-    return bind("triangular_solve", a, rhs, lower=lower, transpose_a=transpose_a)
+        ta = _triangle(ta, lower)
+        ta = _mT(ta) if transpose_a else ta
+    return bind("triangular_solve", a, _tangent_rhs(ta, tb, out), lower=lower,
+                transpose_a=transpose_a)
 
 
 def _triangular_vjp(ct, primals, out, *, lower, transpose_a):
