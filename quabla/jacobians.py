@@ -106,7 +106,7 @@ def _jacobian_graph(graph, selected, in_avals, out_avals, reverse):
     batched, _ = batch_graph(derivative, [False] * n_in + [True] * len(seeds),
                              max(sum(sizes), 1), [False] * n_out + [True] * len(results))
     frame = TraceFrame()
-    inputs = [frame.new_input(s, d, n) for (s, d), n in zip(graph.in_avals, graph.input_names)]
+    inputs = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
     blocks = {o: {} for o in range(n_out)}
     outputs = []
     with trace_frame(frame):

@@ -403,15 +403,14 @@ def stack(arrays, axis=0):
 
 
 def getitem(x, index):
-    """Static NumPy basic indexing: ints (negative too), slices, None and Ellipsis."""
+    """NumPy basic indexing: ints (negative too), slices, None and Ellipsis, and scalar arrays
+    (traced or not) that select one row of their axis like an int (``xs[i]`` in a loop body)."""
     if not isinstance(index, tuple):
         index = (index,)
+    if builtins.any(isinstance(item, Array) for item in index):
+        return _dynamic_getitem(x, index)
     for item in index:
-        if isinstance(item, TraceTensor):
-            raise TracerError(
-                "a TraceTensor cannot be used as an index: indices must be static Python ints"
-            )
-        if isinstance(item, (Array, np.ndarray, list)) or (
+        if isinstance(item, (np.ndarray, list)) or (
             isinstance(item, (bool, np.bool_))
         ):
             raise TypeError("only static basic indexing (ints, slices, None, ...) is supported")
@@ -458,6 +457,34 @@ def getitem(x, index):
         y = bind("slice", y, start_indices=tuple(starts), limit_indices=tuple(limits),
                  strides=tuple(strides))
     return reshape(y, tuple(out_shape))
+
+
+def _dynamic_getitem(x, index):
+    """Static indexing with a full slice at each scalar-array entry, then one ``dynamic_index``
+    per such axis (the last first, so the positions of the others stay). Like JAX, an index out
+    of range is clamped and a negative one counts from the end."""
+    used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    static, dynamic, axis = [], [], 0
+    for item in index:
+        if isinstance(item, Array):
+            if item.ndim != 0 or not item.dtype.is_floating:
+                kind = "a TraceTensor" if isinstance(item, TraceTensor) else "an array"
+                raise TypeError(
+                    f"{kind} index must be a floating scalar (one row of its axis); got "
+                    f"{item.dtype}{list(item.shape)}: gather and boolean masks are unsupported")
+            dynamic.append((axis, item))
+            item = slice(None)
+        if item is Ellipsis:
+            axis += builtins.max(x.ndim - used, 0)
+        elif item is None or isinstance(item, slice):
+            axis += 1
+        static.append(item)
+    y = getitem(x, tuple(static))
+    for axis, i in reversed(dynamic):
+        if axis:
+            y = transpose(y, (axis,) + tuple(d for d in range(y.ndim) if d != axis))
+        y = bind("dynamic_index", y, i)
+    return y
 
 
 # -- reductions -----------------------------------------------------------------------------

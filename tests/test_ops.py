@@ -535,7 +535,7 @@ def test_basic_indices_match_numpy(data):
 @pytest.mark.parametrize("index, exc", [
     (3, IndexError), (-4, IndexError), ((0, 0, 0, 0), IndexError), ((Ellipsis, Ellipsis), IndexError),
     (slice(5, None), IndexError), (slice(3, 0), IndexError),
-    (qb.array(0.0), TypeError), ([0, 1], TypeError), (np.array([0]), TypeError), (True, TypeError),
+    (qb.array([0.0]), TypeError), (qb.array(True), TypeError), ([0, 1], TypeError), (np.array([0]), TypeError), (True, TypeError),
 ])
 def test_indexing_errors(index, exc):
     with pytest.raises(exc):

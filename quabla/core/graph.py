@@ -2,8 +2,10 @@
 
 Every node has an op name, operand node ids, static hashable params, a static shape, a dtype
 and a weak flag (for values born of Python scalars). Inputs are ``input`` nodes, constants are
-``constant`` nodes holding a ``Const``. Graphs hash structurally (input names excluded), so the
-compile cache and the trace caches can key on them.
+``constant`` nodes holding a ``Const``. A primitive with several results (a control-flow region)
+is one node of dtype ``RESULTS`` followed by one ``get`` node per result (param ``index``), which
+is what every other node reads. Graphs hash structurally (input names excluded), so the compile
+cache and the trace caches can key on them.
 """
 
 import hashlib
@@ -12,7 +14,10 @@ import numpy as np
 
 from .. import dtypes as _dt
 
-__all__ = ["Node", "Graph", "GraphBuilder", "Const", "aval_text"]
+__all__ = ["Node", "Graph", "GraphBuilder", "Const", "aval_text", "RESULTS"]
+
+# The dtype of a node with several results; its values are the ``get`` nodes that follow it.
+RESULTS = _dt.DType("results", object)
 
 
 class Const:
@@ -118,11 +123,7 @@ class Graph:
         """A stable digest of the structure, used by the on-disk compile cache."""
         h = hashlib.sha256()
         for n in self.nodes:
-            params = tuple(
-                (k, v._digest.hex() if isinstance(v, Const) else
-                 v.fingerprint() if isinstance(v, Graph) else v)
-                for k, v in n.params
-            )
+            params = tuple((k, _param_digest(v)) for k, v in n.params)
             h.update(repr((n.op, n.operands, params, n.shape, n.dtype.name, n.weak)).encode())
         h.update(repr((self.inputs, self.outputs)).encode())
         return h.hexdigest()
@@ -155,6 +156,17 @@ class Graph:
         return f"<Graph: {len(self.inputs)} inputs, {self.node_count()} ops, {len(self.outputs)} outputs>"
 
 
+def _param_digest(value):
+    """A param as stable text for ``fingerprint``: constants and sub-graphs by their digests."""
+    if isinstance(value, Const):
+        return value._digest.hex()
+    if isinstance(value, Graph):
+        return value.fingerprint()
+    if isinstance(value, tuple):
+        return tuple(_param_digest(v) for v in value)
+    return value
+
+
 def _param_text(value):
     if isinstance(value, _dt.DType):
         return value.name
@@ -171,9 +183,10 @@ class GraphBuilder:
         self.inputs = []
         self.input_names = []
 
-    def input(self, shape, dtype, name=None):
+    def input(self, shape, dtype, name=None, weak=False):
         nid = len(self.nodes)
-        self.nodes.append(Node("input", (), (("index", len(self.inputs)),), tuple(shape), dtype))
+        self.nodes.append(Node("input", (), (("index", len(self.inputs)),), tuple(shape), dtype,
+                               weak))
         self.inputs.append(nid)
         self.input_names.append(name or f"in{len(self.inputs) - 1}")
         return nid
@@ -187,6 +200,12 @@ class GraphBuilder:
         nid = len(self.nodes)
         self.nodes.append(Node(op, tuple(operands), params, tuple(shape), dtype, weak))
         return nid
+
+    def add_results(self, op, operands, params, avals):
+        """A node with several results: returns the ids of its ``get`` nodes, one per aval."""
+        nid = self.add(op, operands, params, (), RESULTS)
+        return [self.add("get", (nid,), (("index", k),), shape, dtype, weak)
+                for k, (shape, dtype, weak) in enumerate(avals)]
 
     def build(self, outputs):
         return Graph(self.nodes, self.inputs, outputs, self.input_names)

@@ -40,15 +40,22 @@ class Primitive:
     - ``batch(args, batched, size, **params) -> (out, out_batched)``: the batch axis leads.
     - ``differentiable=False`` marks ops with no derivative (comparisons, bool logic).
     - ``elementwise``: the lowering fuses it into loop nests through its scalar template.
+    - ``multiple_results``: the shape rule returns a list of avals, ``impl`` a list of arrays,
+      and ``jvp``/``vjp``/``batch`` take and return one entry per result (``vjp`` gets a list of
+      cotangents). Control-flow regions are such primitives; their params hold sub-``Graph``s.
+    - ``expand(*args, **params) -> [outputs]``: the op written with other ops and regions (a
+      solver's iteration as a loop); ``quabla.core.expand`` replaces the node by it before
+      lowering, so back ends never see the op.
     """
 
     __slots__ = (
         "name", "shape_rule", "impl", "jvp", "vjp", "batch", "differentiable",
-        "elementwise", "scalar", "foldable", "spec",
+        "elementwise", "scalar", "foldable", "spec", "multiple_results", "expand",
     )
 
     def __init__(self, name, *, shape_rule, impl, jvp=None, vjp=None, batch=None,
-                 differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None):
+                 differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None,
+                 multiple_results=False, expand=None):
         self.name = name
         self.shape_rule = shape_rule
         self.impl = impl
@@ -60,6 +67,8 @@ class Primitive:
         self.scalar = scalar  # scalar code template for the loop-nest back ends
         self.foldable = foldable
         self.spec = spec  # the declarative entry (elementwise.yaml) this rule table came from
+        self.multiple_results = multiple_results
+        self.expand = expand
 
     def __repr__(self):
         return f"<Primitive {self.name}>"

@@ -75,7 +75,8 @@ def _sweep(graph):
     remap = {}
     for nid, node in enumerate(graph.nodes):
         if node.op == "input":
-            remap[nid] = s.b.input(node.shape, node.dtype, graph.input_names[len(s.b.inputs)])
+            remap[nid] = s.b.input(node.shape, node.dtype, graph.input_names[len(s.b.inputs)],
+                                   node.weak)
             continue
         if node.op == "constant":
             remap[nid] = s.constant(node.kw["value"].value, node.dtype, node.weak)
@@ -118,6 +119,14 @@ def _identity(s, op, operands, node):
             return x
         if op == "add" and s.splat(x) == 0 and _same_aval(s, y, node):
             return y
+        if op == "add":  # x + (zeros with row i += v) -> x with row i += v: O(row), in place
+            for acc, upd in ((x, y), (y, x)):
+                u = s.node(upd)
+                if (u.op == "dynamic_update_add" and s.splat(u.operands[0]) == 0
+                        and _same_aval(s, acc, node) and _same_aval(s, upd, node)):
+                    return s.emit(op="dynamic_update_add", operands=(acc,) + u.operands[1:],
+                                  params=u.params, shape=node.shape, dtype=node.dtype,
+                                  weak=node.weak)
     elif op in ("mul", "div"):
         x, y = operands
         if s.splat(y) == 1 and _same_aval(s, x, node):
@@ -224,7 +233,8 @@ def _dce(graph):
         if nid not in live:
             continue
         if node.op == "input":
-            new_id[nid] = b.input(node.shape, node.dtype, graph.input_names[len(b.inputs)])
+            new_id[nid] = b.input(node.shape, node.dtype, graph.input_names[len(b.inputs)],
+                                  node.weak)
         else:
             new_id[nid] = b.add(node.op, tuple(new_id[o] for o in node.operands), node.params,
                                 node.shape, node.dtype, node.weak)

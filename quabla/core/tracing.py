@@ -42,7 +42,14 @@ class TraceFrame(GraphBuilder):
         self._constants = {}     # id(tensor) -> (tensor, local constant id)
 
     def new_input(self, shape, dtype, name=None, weak=False):
-        return TraceTensor(self, self.input(shape, dtype, name), shape, dtype, weak)
+        return TraceTensor(self, self.input(shape, dtype, name, weak), shape, dtype, weak)
+
+    def input_like(self, graph, k, shape=None, name=None):
+        """A new input standing for input ``k`` of ``graph`` (its dtype and weak flag; its
+        shape unless ``shape`` is given)."""
+        node = graph.nodes[graph.inputs[k]]
+        return self.new_input(node.shape if shape is None else shape, node.dtype,
+                              name or graph.input_names[k], node.weak)
 
     def operand(self, value):
         """The local node id standing for ``value`` (a tracer or an eager array)."""
@@ -60,7 +67,8 @@ class TraceFrame(GraphBuilder):
             key = (id(frame), value._id)
             nid = self._captured.get(key)
             if nid is None:
-                nid = self.input(value.shape, value.dtype, f"__quabla_capture/{len(self.captures)}")
+                nid = self.input(value.shape, value.dtype, f"__quabla_capture/{len(self.captures)}",
+                                 value._weak)
                 self._captured[key] = nid
                 self.captures.append(value)
             return nid
@@ -202,6 +210,8 @@ def bind(op, *args, **params):
                 raise _escaped()
             if frame is None or f.level > frame.level:
                 frame = f
+    if prim.multiple_results:
+        return _bind_results(prim, frame, args, params)
     shape, dtype, weak = prim.shape_rule(*args, **params)
     if frame is None:
         with np.errstate(all="ignore"):
@@ -214,3 +224,16 @@ def bind(op, *args, **params):
     operands = [frame.operand(a) for a in args]
     nid = frame.add(op, operands, tuple(sorted(params.items())), shape, dtype, weak)
     return TraceTensor(frame, nid, shape, dtype, weak)
+
+
+def _bind_results(prim, frame, args, params):
+    """``bind`` of a primitive with several results: a list of Tensors or TraceTensors."""
+    avals = prim.shape_rule(*args, **params)
+    if frame is None:
+        with np.errstate(all="ignore"):
+            values = prim.impl(*[a._value for a in args], **params)
+        return [Tensor._wrap(np.array(v, dtype=dtype.numpy, order="C"), weak)
+                for v, (shape, dtype, weak) in zip(values, avals)]
+    operands = [frame.operand(a) for a in args]
+    ids = frame.add_results(prim.name, operands, tuple(sorted(params.items())), avals)
+    return [frame.wrap(nid) for nid in ids]

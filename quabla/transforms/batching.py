@@ -1,6 +1,7 @@
 """vmap's engine: batch a graph over a leading axis of selected inputs, rule by rule."""
 
 from .. import ops
+from ..core.graph import RESULTS
 from ..core.primitives import PRIMITIVES
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
@@ -22,7 +23,7 @@ def batch_graph(graph, mapped, size, out_mapped=None):
         env, batched = {}, {}
         for k, (nid, flag) in enumerate(zip(graph.inputs, mapped)):
             shape, dtype = graph.in_avals[k]
-            env[nid] = frame.new_input(((size,) if flag else ()) + tuple(shape), dtype, names[k])
+            env[nid] = frame.input_like(graph, k, ((size,) if flag else ()) + tuple(shape))
             batched[nid] = flag
         for nid, node in enumerate(graph.nodes):
             if node.op == "input":
@@ -30,13 +31,18 @@ def batch_graph(graph, mapped, size, out_mapped=None):
             if node.op == "constant":
                 env[nid], batched[nid] = constant_tensor(node), False
                 continue
+            if node.op == "get":  # one result of a multi-result node
+                k = node.kw["index"]
+                env[nid], batched[nid] = env[node.operands[0]][k], batched[node.operands[0]][k]
+                continue
             args = [env[o] for o in node.operands]
             flags = [batched[o] for o in node.operands]
             params = dict(node.params)
             if any(flags):
                 env[nid], batched[nid] = PRIMITIVES[node.op].batch(args, flags, size, **params)
             else:
-                env[nid], batched[nid] = bind(node.op, *args, **params), False
+                env[nid] = bind(node.op, *args, **params)
+                batched[nid] = [False] * len(env[nid]) if node.dtype is RESULTS else False
         outs, out_flags = [], []
         for k, o in enumerate(graph.outputs):
             value, flag = env[o], batched[o]

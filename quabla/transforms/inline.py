@@ -33,6 +33,8 @@ def inline(graph, args):
             continue
         if node.op == "constant":
             env[nid] = constant_tensor(node)
+        elif node.op == "get":
+            env[nid] = env[node.operands[0]][node.kw["index"]]
         else:
             env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
     return [env[o] for o in graph.outputs]

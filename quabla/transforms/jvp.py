@@ -22,7 +22,7 @@ def jvp_graph(graph, tangent_mask):
     frame = TraceFrame()
     with trace_frame(frame):
         names = graph.input_names
-        primals = [frame.new_input(*graph.in_avals[k], names[k]) for k in range(len(graph.inputs))]
+        primals = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
         tangents = [
             frame.new_input(shape, dtype, f"tangent/{names[k]}") if flag
             else Zero(shape, dtype)
@@ -37,12 +37,21 @@ def jvp_graph(graph, tangent_mask):
                 env[nid] = constant_tensor(node)
                 tenv[nid] = Zero(node.shape, node.dtype)
                 continue
+            if node.op == "get":  # one result of a multi-result node
+                k = node.kw["index"]
+                env[nid], tenv[nid] = env[node.operands[0]][k], tenv[node.operands[0]][k]
+                continue
             args = [env[o] for o in node.operands]
             params = dict(node.params)
             out = env[nid] = bind(node.op, *args, **params)
             ts = [tenv[o] for o in node.operands]
             prim = PRIMITIVES[node.op]
-            if not prim.differentiable or not node.dtype.is_floating or all(is_zero(t) for t in ts):
+            if prim.multiple_results:
+                tenv[nid] = (
+                    prim.jvp(args, ts, out, **params) if not all(is_zero(t) for t in ts)
+                    else [Zero(o.shape, o.dtype) for o in out]
+                )
+            elif not prim.differentiable or not node.dtype.is_floating or all(is_zero(t) for t in ts):
                 tenv[nid] = Zero(node.shape, node.dtype)
             else:
                 tenv[nid] = prim.jvp(args, ts, out, **params)

@@ -2,7 +2,7 @@
 gradients of selected inputs. Cotangents are accumulated symbolically; zeros stay ``Zero``."""
 
 from .. import ops
-from ..core.primitives import PRIMITIVES, is_zero
+from ..core.primitives import PRIMITIVES, Zero, is_zero
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
 from .inline import constant_tensor
@@ -21,13 +21,15 @@ def vjp_graph(graph, wrt, seeds):
     frame = TraceFrame()
     with trace_frame(frame):
         names = graph.input_names
-        primals = [frame.new_input(*graph.in_avals[k], names[k]) for k in range(len(graph.inputs))]
+        primals = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
         env = dict(zip(graph.inputs, primals))
         for nid, node in enumerate(graph.nodes):
             if node.op == "input":
                 continue
             if node.op == "constant":
                 env[nid] = constant_tensor(node)
+            elif node.op == "get":
+                env[nid] = env[node.operands[0]][node.kw["index"]]
             else:
                 env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
         cts = {}
@@ -46,10 +48,15 @@ def vjp_graph(graph, wrt, seeds):
             node = graph.nodes[nid]
             if ct is None or nid not in active or node.op in ("input", "constant"):
                 continue
+            if node.op == "get":  # a multi-result node collects its cotangents per result
+                cts.setdefault(node.operands[0], {})[node.kw["index"]] = ct
+                continue
             prim = PRIMITIVES[node.op]
             if not prim.differentiable:
                 continue
             args = [env[o] for o in node.operands]
+            if prim.multiple_results:
+                ct = [ct.get(k, Zero(o.shape, o.dtype)) for k, o in enumerate(env[nid])]
             operand_cts = prim.vjp(ct, args, env[nid], **dict(node.params))
             for o, oct in zip(node.operands, operand_cts):
                 if not is_zero(oct) and o in active and graph.nodes[o].dtype.is_floating:

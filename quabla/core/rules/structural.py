@@ -304,3 +304,117 @@ register(Primitive(
     batch=lambda args, batched, size, *, dtype: (bind("cast", args[0], dtype=dtype), True),
     elementwise=True, scalar="_cast_{dtype}({x})",
 ))
+
+
+# -- get: one result of a multi-result node (the transforms read it structurally) -------------
+
+def _get_shape(*args, index):
+    raise TypeError("get is made by bind of a multi-result primitive, never bound directly")
+
+
+register(Primitive(
+    "get", shape_rule=_get_shape, impl=lambda results, *, index: results[index], foldable=False,
+))
+
+
+# -- dynamic_index / dynamic_update_add: x[i] with a traced scalar index i --------------------
+# The index is a floating scalar holding an integer, per leading batch: ``i`` of shape (*b,)
+# picks row ``i[b]`` of axis len(b) of ``x`` (*b, n, *rest). As in JAX, a negative index counts
+# from the end and an out-of-range one is clamped into [0, n - 1].
+
+def clamp_index(i, n):
+    """The row an index value selects (NumPy, any shape): truncate, wrap negatives, clamp."""
+    k = np.trunc(np.nan_to_num(np.asarray(i, dtype=np.float64), nan=0.0, posinf=n, neginf=-n))
+    k = np.where(k < 0, k + n, k)
+    return np.clip(k, 0, n - 1).astype(np.int64)
+
+
+def _batch_index(i, k):
+    return tuple(np.indices(i.shape)) + (k,) if i.ndim else (k,)
+
+
+def _check_index(x, i, name):
+    if not i.dtype.is_floating:
+        raise TypeError(f"{name}: the index must be a floating scalar, got {i.dtype}")
+    b = i.ndim
+    if x.ndim <= b or tuple(x.shape[:b]) != tuple(i.shape):
+        raise ValueError(f"{name}: cannot index an array of shape {list(x.shape)} along axis "
+                         f"{b} with an index of shape {list(i.shape)}")
+
+
+def _dynamic_index_shape(x, i):
+    _check_index(x, i, "dynamic_index")
+    return tuple(x.shape[:i.ndim]) + tuple(x.shape[i.ndim + 1:]), x.dtype, x._weak
+
+
+def _dynamic_index_impl(x, i):
+    return x[_batch_index(i, clamp_index(i, x.shape[i.ndim]))]
+
+
+def _dynamic_index_jvp(primals, tangents, out):
+    x, i = primals
+    tx = tangents[0]
+    if is_zero(tx):
+        return Zero(out.shape, out.dtype)
+    return bind("dynamic_index", tx, i)
+
+
+def _dynamic_index_vjp(ct, primals, out):
+    x, i = primals
+    return [bind("dynamic_update_add", _zeros_like(x), i, ct), None]
+
+
+def _lift(args, batched, size):
+    """Every operand with the batch axis leading (unbatched ones broadcast)."""
+    return [a if flag else ops.broadcast_to(a, (size,) + tuple(a.shape))
+            for a, flag in zip(args, batched)]
+
+
+def _dynamic_index_batch(args, batched, size):
+    return bind("dynamic_index", *_lift(args, batched, size)), True
+
+
+register(Primitive(
+    "dynamic_index", shape_rule=_dynamic_index_shape, impl=_dynamic_index_impl,
+    jvp=_dynamic_index_jvp, vjp=_dynamic_index_vjp, batch=_dynamic_index_batch,
+))
+
+
+def _dynamic_update_add_shape(x, i, v):
+    _check_index(x, i, "dynamic_update_add")
+    row = tuple(x.shape[:i.ndim]) + tuple(x.shape[i.ndim + 1:])
+    if tuple(v.shape) != row or v.dtype is not x.dtype:
+        raise ValueError(f"dynamic_update_add: a row of {x.dtype}{list(x.shape)} is "
+                         f"{x.dtype}{list(row)}, got {v.dtype}{list(v.shape)}")
+    return tuple(x.shape), x.dtype, x._weak and v._weak
+
+
+def _dynamic_update_add_impl(x, i, v):
+    out = np.array(x, copy=True)
+    np.add.at(out, _batch_index(i, clamp_index(i, x.shape[i.ndim])), v)
+    return out
+
+
+def _dynamic_update_add_jvp(primals, tangents, out):
+    x, i, v = primals
+    tx, _, tv = tangents
+    if is_zero(tx) and is_zero(tv):
+        return Zero(out.shape, out.dtype)
+    tx = _zeros_like(x) if is_zero(tx) else tx
+    tv = _zeros_like(v) if is_zero(tv) else tv
+    return bind("dynamic_update_add", tx, i, tv)
+
+
+def _dynamic_update_add_vjp(ct, primals, out):
+    x, i, v = primals
+    return [ct, None, bind("dynamic_index", ct, i)]
+
+
+def _dynamic_update_add_batch(args, batched, size):
+    return bind("dynamic_update_add", *_lift(args, batched, size)), True
+
+
+register(Primitive(
+    "dynamic_update_add", shape_rule=_dynamic_update_add_shape, impl=_dynamic_update_add_impl,
+    jvp=_dynamic_update_add_jvp, vjp=_dynamic_update_add_vjp, batch=_dynamic_update_add_batch,
+))
