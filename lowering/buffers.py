@@ -25,6 +25,7 @@ class ScratchPlan:
         self.size = {}    # dtype name -> elements the buffer needs
         self._free = {}   # dtype name -> [(start, size)] of dead slots
         self._live = {}   # owner -> [dtype name, start, size, expiry]
+        self._ties = {}   # owner -> the owners whose slots must live as long as its own
 
     def take(self, owner, dtype, size, expiry):
         """A slot of ``size`` elements for ``owner``, free again after statement ``expiry``."""
@@ -46,10 +47,25 @@ class ScratchPlan:
         return start
 
     def extend(self, owner, expiry):
-        """A view of ``owner``'s slot is read until ``expiry``: keep the slot that long."""
+        """A view of ``owner``'s slot is read until ``expiry``: keep the slot that long (and the
+        slots tied to it)."""
+        for o in (owner,) + self._ties.get(owner, ()):
+            entry = self._live.get(o)
+            if entry is not None:
+                entry[3] = max(entry[3], expiry)
+
+    def tie(self, a, b):
+        """``a`` and ``b`` name each other's slots in turn (a loop carry's two buffers, swapped
+        every iteration): whatever keeps one alive keeps both."""
+        self._ties[a] = self._ties.get(a, ()) + (b,)
+        self._ties[b] = self._ties.get(b, ()) + (a,)
+        self.extend(a, self._live[b][3])
+        self.extend(b, self._live[a][3])
+
+    def expiry(self, owner):
+        """The statement after which ``owner``'s slot is free (None if it holds none)."""
         entry = self._live.get(owner)
-        if entry is not None:
-            entry[3] = max(entry[3], expiry)
+        return None if entry is None else entry[3]
 
     def release(self, now):
         """Free the slots whose values are dead after statement ``now``."""

@@ -12,11 +12,15 @@ are not stored when those groups can compute them again from values they have (o
 have) anyway: a stored intermediate costs a store stream in its group and a load stream in each
 reader, recomputing costs a few arithmetic instructions, and the loops are bound by memory
 traffic (see ``_rematerialize``).
+
+Control-flow regions (``REGIONS``) and their ``get`` projections are Singles: a region runs its
+sub-graphs' own statements inside its loop or branch, so nothing fuses or tiles across it.
 """
 
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "INDEX_MAPS", "REDUCTIONS"]
+__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "INDEX_MAPS", "REDUCTIONS",
+           "REGIONS"]
 
 INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
 # Elementwise ops cheap enough to compute again in a later loop instead of storing their result.
@@ -27,6 +31,7 @@ REMAT_CONE = 16           # the most nodes one reader group recomputes for one v
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
 MIN_TILE_ROWS = 16
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"})
+REGIONS = frozenset({"cond", "scan", "while"})
 
 
 class Group:
@@ -81,7 +86,7 @@ class Single:
 
 
 def _fusible(node):
-    if node.shape == () or node.op == "constant":
+    if node.shape == () or node.op in ("constant", "get") or node.op in REGIONS:
         return False
     if node.op in INDEX_MAPS:
         return True

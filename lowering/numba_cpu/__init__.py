@@ -6,6 +6,8 @@ entry's object code in the compile cache; every executable runs that object as l
 copy of the machine code, freed with the last executable that uses it.
 """
 
+import contextlib
+import sys
 import types
 
 import numpy as np
@@ -37,6 +39,8 @@ _UNUSED_PASSES = ("WithLifting", "InlineClosureLikes", "RewriteSemanticConstants
                   "DeadBranchPrune", "MakeFunctionToJitFunction", "FindLiterallyCalls",
                   "LiteralUnroll", "LiteralPropagationSubPipelinePass")
 _PIPELINE = None
+# Python's recursion limit while Numba compiles an entry (see _deep_recursion).
+COMPILE_RECURSION_LIMIT = 20_000
 
 
 def lean_pipeline():
@@ -70,7 +74,8 @@ def _compile(key, source, path):
     module is not kept in ``sys.modules``."""
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
-    exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
+    with _deep_recursion():
+        exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
     entry = getattr(module, FUNCTION_NAME)
     library = entry._library
     final = library._final_module
@@ -79,6 +84,19 @@ def _compile(key, source, path):
         if g.is_declaration and not g.name.startswith("llvm.")
     )
     return entry, library._get_compiled_object(), entry.native_name, externals
+
+
+@contextlib.contextmanager
+def _deep_recursion(limit=COMPILE_RECURSION_LIMIT):
+    """Numba's SSA reconstruction recurses once per basic block along a chain of blocks: the
+    entry of a long program with many loops (an adjoint ODE solve under vmap) needs more than
+    Python's default limit of 1000 (Python-to-Python calls do not grow the C stack since 3.11)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 class NativeExecutable:
@@ -91,6 +109,7 @@ class NativeExecutable:
         self.graph = graph
         self.source = source
         self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
+        self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
         fn = native.entry_function(address)
         nodes = graph.nodes
         n_in = len(graph.inputs)

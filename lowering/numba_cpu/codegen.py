@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..buffers import ScratchPlan
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, schedule
@@ -82,15 +83,24 @@ _FLOAT64 = _Named("float64")
 
 
 class _Emitter:
-    def __init__(self, graph):
+    """Emits the statements of ``graph`` (the entry's, or a region's sub-graph inside its loop
+    or branch: ``parent`` is then the emitter of the enclosing graph, whose lines, constants
+    and node numbering it shares). Output k is stored to ``targets[k]``: an array variable, or
+    for a 0-d output an assignable expression."""
+
+    def __init__(self, graph, targets, parent=None):
         self.graph = graph
         self.nodes = graph.nodes
-        self.lines = []
+        self.lines = parent.lines if parent else []
+        self.targets = targets
         self.results = {}    # output node -> the index of the first result it is
         for k, o in enumerate(graph.outputs):
             self.results.setdefault(o, k)
         self.result_of = {}  # variable -> index of the result array it is (a view of)
-        self.constants = []  # non-scalar constant arrays, in the argument tuple after the results
+        # non-scalar constant arrays, in the argument tuple after the results
+        self.constants = parent.constants if parent else []
+        self.numbered = parent.numbered if parent else [len(graph.nodes)]  # next node id free
+        self.region_results = {}  # region node -> the variables of its results
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
         self.nesting = {}    # group member -> the bracket depth of its expression
         self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
@@ -105,7 +115,7 @@ class _Emitter:
                 self.consumers.setdefault(o, []).append(nid)
         self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
         self.loop_end = 0    # index of its TileEnd
-        self.indent = 0      # extra indentation: 1 inside the tile loop
+        self.indent = parent.indent + 1 if parent else 0  # extra indentation: + 1 in a loop
         self.shapes = {}     # variable -> the shape of the array it names, where known
         self.slot_of = {}    # variable in the scratch buffers -> (dtype name, offset)
         self.views = {}      # (dtype name, offset, shape) -> the prologue view of that slot
@@ -113,6 +123,36 @@ class _Emitter:
 
     def emit(self, line, depth=1):
         self.lines.append("    " * (depth + self.indent) + line)
+
+    def run(self):
+        """Emits the statements of the graph, then stores its outputs to their targets."""
+        graph = self.graph
+        for nid in graph.inputs:
+            self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
+        statements = schedule(graph)
+        self.last_use = _last_uses(graph, statements)
+        for k, stmt in enumerate(statements):
+            self.now = k
+            if isinstance(stmt, Group):
+                self.group(stmt)
+            elif isinstance(stmt, TileBegin):
+                end = next(j for j in range(k, len(statements))
+                           if isinstance(statements[j], TileEnd))
+                self.begin_tile(stmt, end, [st.nid for st in statements[k + 1:end]
+                                            if not isinstance(st, Group)])
+            elif isinstance(stmt, TileEnd):
+                self.end_tile(stmt.begin)
+            else:
+                self.single(stmt.nid)
+            self.plan.release(k)
+        self.now = len(statements)
+        for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
+            node, var = graph.nodes[o], f"v{o}"
+            if node.shape == ():
+                self.emit(f"{self.targets[k]} = _cast_{node.dtype.name}({var})")
+            elif self.result_of.get(var) != k:
+                idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
+                self.loops(node.shape, f"{self.targets[k]}[{idx}] = {var}[{idx}]")
 
     # -- tiles: inside the tile loop, values computed there are tiles of ``tile`` rows; arrays
     #    from before it hold every row, read at row ``r + i0`` --------------------------------
@@ -206,7 +246,8 @@ class _Emitter:
         k = self.results.get(result)
         if k is not None and self.nodes[result].shape != ():
             same = shape == tuple(self.nodes[result].shape)
-            self.emit(f"{var} = r{k}" if same else f"{var} = {_view(f'r{k}', shape)}")
+            target = self.targets[k]
+            self.emit(f"{var} = {target}" if same else f"{var} = {_view(target, shape)}")
             self.result_of[var] = k
         else:
             size = math.prod(shape)  # exact: too big to allocate fails at the call
@@ -599,6 +640,211 @@ class _Emitter:
             name = target
         return self.reshaped(name, shape3, f"{target}3")
 
+    # -- dynamic indexing: x[i] along axis i.ndim, i a float index per leading batch ----------
+    def per_row(self, nid, shape, b, index, n, statement):
+        """Loops over the ``b`` leading (batch) axes of ``shape``, the clamped row ``j<nid>`` of
+        each, then over the rest; ``statement(batch, row, rest)`` gets the index lists."""
+        idx = [f"i{k}" for k in range(len(shape))]
+        for depth, extent in enumerate(shape[:b]):
+            self.emit(f"for i{depth} in range({extent}):", depth + 1)
+        at = f"{index}[{', '.join(idx[:b])}]" if b else index
+        self.emit(f"j{nid} = _clamp_index({at}, {n})", b + 1)
+        for depth, extent in enumerate(shape[b:], b):
+            self.emit(f"for i{depth} in range({extent}):", depth + 1)
+        self.emit(statement(idx[:b], f"j{nid}", idx[b:]), len(shape) + 1)
+
+    def op_dynamic_index(self, node, out, args):
+        """An unbatched index reads a row as a view (a scalar local for a vector); a batched
+        one copies the row of each batch."""
+        x, i = (self.nodes[o] for o in node.operands)
+        b, nid = len(i.shape), node_id(out)
+        if b == 0:
+            self.emit(f"{out} = {args[0]}[_clamp_index({args[1]}, {x.shape[0]})]")
+            if node.shape != ():
+                self.shapes[out] = tuple(node.shape)
+                self.view(out, args[0], nid)
+            return
+        self.alloc(out, node.shape, node.dtype, result=nid)
+        self.per_row(nid, node.shape, b, args[1], x.shape[b], lambda bi, j, rest:
+                     f"{out}[{', '.join(bi + rest)}] = {args[0]}[{', '.join(bi + [j] + rest)}]")
+
+    def op_dynamic_update_add(self, node, out, args):
+        """``x`` with ``v`` added to the selected rows: in place when ``out`` is the buffer
+        already holding ``x`` (a carry the loop updates in place, see ``carries``) or when
+        ``x``'s scratch slot is dead after this statement, else into a copy."""
+        x, i, v = (self.nodes[o] for o in node.operands)
+        b, nid = len(i.shape), node_id(out)
+        k = self.results.get(nid)
+        root = self.root.get(args[0])
+        if k is not None and self.result_of.get(args[0]) == k:
+            self.alloc(out, node.shape, node.dtype, result=nid)
+        elif k is None and root is not None and self.plan.expiry(root) <= self.now:
+            self.emit(f"{out} = {args[0]}")
+            self.shapes[out] = tuple(node.shape)
+            if args[0] in self.slot_of:
+                self.slot_of[out] = self.slot_of[args[0]]
+            self.view(out, args[0], nid)
+        else:
+            self.alloc(out, node.shape, node.dtype, result=nid)
+            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
+            self.loops(node.shape, f"{out}[{idx}] = {args[0]}[{idx}]")
+        self.per_row(nid, v.shape, b, args[1], x.shape[b], lambda bi, j, rest:
+                     f"{out}[{', '.join(bi + [j] + rest)}] += {args[2]}"
+                     + (f"[{', '.join(bi + rest)}]" if v.shape != () else ""))
+
+    # -- control-flow regions: real loops and branches around their sub-graphs' statements ----
+    def sub_graph(self, graph, inputs, targets, in_place=None):
+        """Emits a region's sub-graph ``graph`` at this point (in the loop or branch just
+        opened): its inputs are this graph's variables ``inputs``, its outputs go to
+        ``targets``; ``in_place`` maps input positions to the outputs whose target that input
+        already is. Its nodes are numbered after all others, so its variables are its own; its
+        intermediates get a scratch plan of their own, placed by ``place_blocks``."""
+        base = self.numbered[0]
+        self.numbered[0] += len(graph.nodes)
+        child = _Emitter(_Renumbered(graph, base), targets, parent=self)
+        for p, (nid, var) in enumerate(zip(child.graph.inputs, inputs)):
+            child.emit(f"v{nid} = {var}")
+            if p in (in_place or {}):
+                child.result_of[f"v{nid}"] = in_place[p]
+        if not graph.inputs:
+            child.emit("pass")
+        child.run()
+        return child
+
+    def place_blocks(self, children):
+        """Reserves a block of this graph's scratch buffers for the intermediates of the
+        region's sub-graphs ``children`` (one at a time runs, so they share it) and places
+        their slots in it."""
+        for name in sorted(set().union(*(c.plan.size for c in children))):
+            size = max(c.plan.size.get(name, 0) for c in children)
+            start = self.plan.take(("block", self.now, name), name, size, self.now)
+            for c in children:
+                self.slots += [(var, n, s + start, shape) for var, n, s, shape in c.slots
+                               if n == name]
+
+    def results_of(self, nid):
+        """The ``get`` nodes of region ``nid``, by result index."""
+        gets = {}
+        for c in self.consumers.get(nid, ()):
+            if self.nodes[c].op == "get":
+                gets.setdefault(dict(self.nodes[c].params)["index"], []).append(c)
+        return gets
+
+    def region_array(self, var, gets, shape, dtype, swapped=False):
+        """A buffer for a region's result, live as long as its ``gets`` are: the graph's result
+        array if one of them is an output (unless the buffer is ``swapped`` with another each
+        iteration), else a scratch slot."""
+        expiry = max([self.last_use.get(g, self.now) for g in gets] + [self.now])
+        result = None if swapped else next((g for g in gets if g in self.results), None)
+        self.alloc(var, shape, dtype, result=result, expiry=expiry)
+        if swapped:  # the variable names either slot in turn: it stands for neither
+            self.views = {key: v for key, v in self.views.items() if v != var}
+            self.slot_of.pop(var, None)
+
+    def carries(self, nid, body, inits, offset):
+        """The carry of loop ``nid``, its initial values copied in: ``(current, next,
+        in_place)``. A 0-d carry is a local; an array carry is two slots, the body reading one
+        and writing the other, swapped after each iteration (``swap``), or one slot updated in
+        place when the body passes it through or only adds rows to it (its one reader a
+        ``dynamic_update_add`` giving the new carry). The carry is input ``offset + k`` of the
+        body and output k."""
+        gets = self.results_of(nid)
+        readers = {}
+        for c, n in enumerate(body.nodes):
+            for o in n.operands:
+                readers.setdefault(o, []).append(c)
+        current, following, in_place = [], [], {}
+        for k, init in enumerate(inits):
+            inp, res = body.inputs[offset + k], body.outputs[k]
+            node, var = body.nodes[inp], f"q{nid}_{k}"
+            if node.shape == ():
+                self.emit(f"{var} = _cast_{node.dtype.name}({init})")
+                current.append(var)
+                following.append(var)
+                continue
+            single = res == inp or (
+                body.nodes[res].op == "dynamic_update_add" and readers.get(inp) == [res]
+                and inp not in body.outputs)
+            self.region_array(var, gets.get(k, ()), node.shape, node.dtype, swapped=not single)
+            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
+            self.loops(node.shape, f"{var}[{idx}] = {init}[{idx}]")
+            current.append(var)
+            if single:
+                following.append(var)
+                in_place[offset + k] = k
+            else:
+                self.region_array(var + "n", gets.get(k, ()), node.shape, node.dtype, swapped=True)
+                self.plan.tie(var, var + "n")
+                following.append(var + "n")
+        return current, following, in_place
+
+    def swap(self, current, following):
+        for a, b in zip(current, following):
+            if a != b:
+                self.emit(f"{a}, {b} = {b}, {a}", 2)
+
+    def op_scan(self, node, out, args, body, length, lower, reverse, n_carry):
+        """A ``for`` loop over the steps (down for ``reverse``); each y is written to row k of
+        its stack."""
+        nid = node_id(out)
+        current, following, in_place = self.carries(nid, body, args[:n_carry], 1)
+        gets, stacks, targets, rows = self.results_of(nid), [], list(following), []
+        for j, o in enumerate(body.outputs[n_carry:], n_carry):
+            y, stack = body.nodes[o], f"q{nid}_{j}"
+            self.region_array(stack, gets.get(j, ()), (length,) + tuple(y.shape), y.dtype)
+            stacks.append(stack)
+            if y.shape == ():
+                targets.append(f"{stack}[k{nid}]")
+            else:
+                targets.append(f"{stack}r")
+                rows.append(f"{stack}r = {stack}[k{nid}]")
+        steps = f"{length - 1}, -1, -1" if reverse else f"{length}"
+        self.emit(f"for k{nid} in range({steps}):")
+        for line in rows:
+            self.emit(line, 2)
+        index = f"np.float64(k{nid} + {lower})" if lower else f"np.float64(k{nid})"
+        child = self.sub_graph(body, [index] + current + args[n_carry:], targets, in_place)
+        self.swap(current, following)
+        self.place_blocks([child])
+        self.region_results[nid] = current + stacks
+
+    def op_while(self, node, out, args, cond_fun, body, n_carry):
+        nid = node_id(out)
+        current, following, in_place = self.carries(nid, body, args[:n_carry], 0)
+        operands = current + args[n_carry:]
+        self.emit("while True:")
+        test = self.sub_graph(cond_fun, operands, [f"q{nid}_go"])
+        self.emit(f"if not q{nid}_go:", 2)
+        self.emit("break", 3)
+        child = self.sub_graph(body, operands, following, in_place)
+        self.swap(current, following)
+        self.place_blocks([test, child])
+        self.region_results[nid] = current
+
+    def op_cond(self, node, out, args, true_fun, false_fun):
+        """``if``/``else``; both branches store their results to the same variables."""
+        nid = node_id(out)
+        gets, targets = self.results_of(nid), []
+        for k, o in enumerate(true_fun.outputs):
+            r, var = true_fun.nodes[o], f"q{nid}_{k}"
+            if r.shape != ():
+                self.region_array(var, gets.get(k, ()), r.shape, r.dtype)
+            targets.append(var)
+        self.emit(f"if {args[0]}:")
+        yes = self.sub_graph(true_fun, args[1:], targets)
+        self.emit("else:")
+        no = self.sub_graph(false_fun, args[1:], targets)
+        self.place_blocks([yes, no])
+        self.region_results[nid] = targets
+
+    def op_get(self, node, out, args, index):
+        """A region's result: the variable holding it."""
+        var = self.region_results[node.operands[0]][index]
+        self.emit(f"{out} = {var}")
+        if node.shape != ():
+            self.shapes[out] = tuple(node.shape)
+            self.view(out, var, node_id(out))
+
     def op_solve(self, node, out, args):
         rank = len(self.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
         n = node.shape[rank - 2]
@@ -629,6 +875,21 @@ class _Emitter:
         self.emit(f"for b in range({batch}):")
         names = [name for name, _ in workspaces] + [repr(flag) for flag in flags]
         self.emit(f"{kernel}({', '.join(views + names)})", 2)
+
+
+class _Renumbered:
+    """A region's sub-graph with its node ids moved up by ``base`` (the ids below are
+    placeholders): the variables named after its nodes (``v12``, ``s12``) are then distinct
+    from those of the graphs around it."""
+
+    _PLACEHOLDER = Node("input", (), (), (), None)
+
+    def __init__(self, graph, base):
+        self.nodes = [self._PLACEHOLDER] * base + [
+            Node(n.op, tuple(o + base for o in n.operands), n.params, n.shape, n.dtype, n.weak)
+            for n in graph.nodes]
+        self.inputs = [i + base for i in graph.inputs]
+        self.outputs = [o + base for o in graph.outputs]
 
 
 @functools.lru_cache(maxsize=None)
@@ -705,33 +966,12 @@ def generate(graph):
     """Returns ``(body_source, constants, buffers)``: the entry function's source, the constant
     arrays and the scratch buffers (``(dtype name, elements)`` each) that follow the inputs and
     results in its argument tuple."""
-    e = _Emitter(graph)
-    for nid in graph.inputs:
-        e.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
-    statements = schedule(graph)
-    e.last_use = _last_uses(graph, statements)
-    for k, stmt in enumerate(statements):
-        e.now = k
-        if isinstance(stmt, Group):
-            e.group(stmt)
-        elif isinstance(stmt, TileBegin):
-            end = next(j for j in range(k, len(statements)) if isinstance(statements[j], TileEnd))
-            e.begin_tile(stmt, end, [st.nid for st in statements[k + 1:end]
-                                     if not isinstance(st, Group)])
-        elif isinstance(stmt, TileEnd):
-            e.end_tile(stmt.begin)
-        else:
-            e.single(stmt.nid)
-        e.plan.release(k)
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
-    for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
-        node, var = nodes[o], f"v{o}"
-        if node.shape == ():
-            e.emit(f"{_argument(n_in + k, node.dtype, ())}[0] = {var}")
-        elif e.result_of.get(var) != k:
-            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
-            e.loops(node.shape, f"r{k}[{idx}] = {var}[{idx}]")
+    targets = [_argument(n_in + k, nodes[o].dtype, ()) + "[0]" if nodes[o].shape == () else f"r{k}"
+               for k, o in enumerate(graph.outputs)]
+    e = _Emitter(graph, targets)
+    e.run()
     prologue = []
     for k, nid in enumerate(graph.inputs):
         node = nodes[nid]

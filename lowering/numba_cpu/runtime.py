@@ -153,6 +153,19 @@ def _cast_bool(x):
     return x != 0
 
 
+@_inline
+def _clamp_index(i, n):
+    """The row of ``n`` that the float index ``i`` selects, as ``clamp_index`` in
+    quabla/core/rules/structural.py: NaN is 0, truncated toward zero, a negative one counts
+    from the end, then clamped into [0, n - 1]."""
+    if i != i:
+        return 0
+    k = int(i) if abs(i) < 1e18 else (n if i > 0 else -n)
+    if k < 0:
+        k += n
+    return min(max(k, 0), n - 1)
+
+
 # -- arrays over raw memory (see lowering/native.py for the calling convention) ----------------
 
 def _byte_pointer():
