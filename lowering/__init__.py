@@ -1,14 +1,17 @@
 """Back ends: turn an IR ``Graph`` into an ``Executable``.
 
-The one entry is ``compile(graph, device, options)``. This package imports only the IR of
-``quabla.core`` (graphs and the primitive registry), never the transform layer.
+The one entry is ``compile(graph, device, options)``; a device is one more name here, and each
+back end lowers from the same graph (the loop-nest ones from the same ``schedule.py``). This
+package imports only the IR of ``quabla.core`` (graphs and the primitive registry), never the
+transform layer.
 """
 
 import os
 
-__all__ = ["compile", "backend_for", "BACKENDS"]
+__all__ = ["compile", "backend_for", "BACKENDS", "available_devices", "canonical_device", "walk"]
 
 BACKENDS = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
+EXTRAS = {"cuda": "pip install 'quabla[cuda]'", "mlx": "pip install 'quabla[mlx]'"}
 
 
 def backend_for(device):
@@ -24,10 +27,75 @@ def backend_for(device):
     return device
 
 
+def canonical_device(device):
+    """``None`` is ``"cpu"`` and ``"cuda"`` is ``"cuda:0"``; other names are kept as given."""
+    if device is None:
+        return "cpu"
+    return "cuda:0" if device == "cuda" else device
+
+
+def _cuda_count():
+    try:
+        from .numba_cuda import device_count
+    except ImportError:
+        return 0
+    return device_count()
+
+
+def _mlx_imports():
+    try:
+        import mlx.core  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def available_devices():
+    """What this installation can run: ``"cpu"``, ``"cuda:N"`` per GPU numba-cuda finds (one
+    under its simulator), ``"mlx"`` when MLX imports."""
+    found = ["cpu"] + [f"cuda:{i}" for i in range(_cuda_count())]
+    return found + ["mlx"] if _mlx_imports() else found
+
+
+def _absent(device):
+    """The error for a device this installation cannot run, naming what it can."""
+    from quabla.errors import UnsupportedOperationError
+
+    family = device.split(":")[0] if isinstance(device, str) else None
+    install = f"; {EXTRAS[family]} installs it" if family in EXTRAS else ""
+    known = "'cpu', 'cuda', 'cuda:N' or 'mlx'"
+    what = "is not available" if family in EXTRAS else f"is not a device (expected {known})"
+    return UnsupportedOperationError(
+        f"device {device!r} {what}; this installation has "
+        f"{', '.join(map(repr, available_devices()))}{install}",
+        device=device,
+    )
+
+
+def walk(graph):
+    """Every node of ``graph`` and of the sub-graphs its nodes' params hold (regions), so a
+    back end can check a whole program, inactive branches and loop bodies included."""
+    from quabla.core.graph import Graph
+
+    for node in graph.nodes:
+        yield node
+        for _, value in node.params:
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, Graph):
+                    yield from walk(item)
+
+
 def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
-    """An ``Executable`` for ``graph``: called with one ndarray per input, it returns a sequence
-    of ndarrays, one per output. Its ``run`` attribute is the same call without indirection."""
-    backend = backend_for(device)
+    """An ``Executable`` for ``graph`` on ``device``: called with one ndarray per input, it
+    returns a sequence of ndarrays, one per output. Its ``run`` attribute is the same call
+    without indirection. ``options`` may hold ``precision`` (jit's ``precision=``) and the
+    ``name``/``function`` a warning names."""
+    from quabla.core.expand import expand
+
+    graph = expand(graph)  # solvers become their loops: back ends see regions and plain ops
+    options = options or {}
+    name = canonical_device(device)
+    backend = backend_for(name)
     if backend == "interpret":
         from .interpret import Interpreter
 
@@ -35,10 +103,13 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
     if backend == "numba":
         from .numba_cpu import compile_graph
 
-        return compile_graph(graph, options or {})
-    from quabla.errors import UnsupportedOperationError
+        return compile_graph(graph, options)
+    if name not in available_devices():
+        raise _absent(device)
+    if name == "mlx":
+        from .mlx import compile_graph
 
-    raise UnsupportedOperationError(
-        f"device {device!r} is not available in this build yet; use device='cpu'",
-        op="jit", device=device,
-    )
+        return compile_graph(graph, options)
+    from .numba_cuda import compile_graph
+
+    return compile_graph(graph, int(name[5:]), options)

@@ -2,8 +2,9 @@
 
 from ..core.tracing import bind
 from ..ops import _solve_operands, cholesky, solve
+from .iterative import cg, gmres
 
-__all__ = ["solve", "cholesky", "triangular_solve"]
+__all__ = ["solve", "cholesky", "triangular_solve", "cg", "gmres"]
 
 
 def triangular_solve(a, b, *, lower=False, transpose_a=False):
