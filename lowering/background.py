@@ -35,12 +35,12 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds low
 _PENDING = None  # the code of a request not answered yet
 
 
-def compile_in_background(graph, device, label, on_native):
+def compile_in_background(graph, device, label, on_native, options=None):
     """An executable for ``graph`` that answers at once: the native one if the cache has it
     (or the back end is not compiled), else a ``Background`` that interprets until the worker
     is done and then passes the native ``run`` to ``on_native``."""
     if backend_for(device) != "numba":
-        return lower_compile(graph, device)
+        return lower_compile(graph, device, options)
     from .numba_cpu import load_cached
 
     native = load_cached(graph)

@@ -5,6 +5,7 @@ Every other back end is tested against it, and it needs no compiler.
 
 import numpy as np
 
+from quabla.core.graph import RESULTS
 from quabla.core.primitives import PRIMITIVES
 
 __all__ = ["Interpreter", "evaluate"]
@@ -27,7 +28,7 @@ def evaluate(graph, args):
                 env[nid] = node.kw["value"].value
                 continue
             value = PRIMITIVES[node.op].impl(*[env[o] for o in node.operands], **dict(node.params))
-            env[nid] = np.asarray(value, dtype=node.dtype.numpy)
+            env[nid] = value if node.dtype is RESULTS else np.asarray(value, dtype=node.dtype.numpy)
             for o in node.operands:
                 if last[o] == nid:
                     env.pop(o, None)

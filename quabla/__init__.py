@@ -6,6 +6,7 @@ from . import dtypes
 from .dtypes import float32, float64, bool_
 from .errors import (
     QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning,
+    PrecisionWarning,
 )
 from .array import Array, Tensor, Shape, array, asarray, zeros, ones, full, arange, linspace, eye
 from .core import rules as _rules  # noqa: F401  (registers every primitive)
@@ -23,9 +24,13 @@ from .ops import (
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
 from .jacobians import jacobian, hessian
+from .devices import devices
 from . import tree, random, optim
 from . import linalg
+from .control import cond, fori_loop, scan, while_loop
+from .solvers import newton, odeint
 from .checkpoint import save, load
+from .aot import ShapeDtype, Compiler, Program, Executable
 
 _operators._ops = _ops_module
 
@@ -40,7 +45,7 @@ def __getattr__(name):
 __all__ = [
     "__version__", "dtypes", "float32", "float64", "bool_",
     "QuablaError", "TracerError", "UnsupportedOperationError", "RetraceLimitError",
-    "RetraceWarning",
+    "RetraceWarning", "PrecisionWarning",
     "Array", "Tensor", "TraceTensor", "Shape",
     "array", "asarray", "zeros", "ones", "full", "arange", "linspace", "eye",
     "negative", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
@@ -51,5 +56,8 @@ __all__ = [
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
     "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "hessian",
+    "devices",
+    "cond", "fori_loop", "scan", "while_loop", "newton", "odeint",
     "tree", "random", "optim", "linalg", "save", "load",
+    "ShapeDtype", "Compiler", "Program", "Executable",
 ]

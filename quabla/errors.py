@@ -10,6 +10,7 @@ __all__ = [
     "UnsupportedOperationError",
     "RetraceLimitError",
     "RetraceWarning",
+    "PrecisionWarning",
 ]
 
 
@@ -41,12 +42,17 @@ class RetraceWarning(UserWarning):
     """A trace was evicted from a transform's cache."""
 
 
+class PrecisionWarning(UserWarning, RuntimeWarning):
+    """A float64 program runs in float32 on a device (spec Q6: once per function)."""
+
+
 CONTROL_FLOW_MESSAGE = (
     "TraceTensor cannot drive Python control flow; use quabla.where for elementwise "
     "selection or an explicit control-flow primitive"
 )
 
 # Tracebacks name the classes as users import them: quabla.TracerError, not quabla.errors....
-for _cls in (QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning):
+for _cls in (QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning,
+             PrecisionWarning):
     _cls.__module__ = "quabla"
 del _cls

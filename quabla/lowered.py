@@ -1,15 +1,20 @@
-"""``jit(f).lower(*args)``: the staged program for one signature, for inspection."""
+"""``jit(f).lower(*args)``: the staged program for one signature, to inspect or compile."""
 
 __all__ = ["Lowered"]
 
 
 class Lowered:
-    """The transformed IR of a function for one signature, and (lazily) its generated source."""
+    """The transformed IR of a function for one signature (``as_text``, ``program``), its
+    generated source, and ``compile()``: a callable with exactly that signature
+    (``quabla.aot.Compiled``)."""
 
-    def __init__(self, graph, device, name):
+    options = None  # lowering.compile's options (jit's precision), set by jit's lower
+
+    def __init__(self, graph, device, name, signature):
         self.graph = graph
         self.device = device
         self.name = name
+        self.signature = signature  # a quabla.aot.CallSignature
         self._source = None
 
     def as_text(self):
@@ -25,11 +30,23 @@ class Lowered:
             self._source = module_source(self.graph)[0]
         return self._source
 
-    def compile(self):
-        """The executable: called with one NumPy array per array leaf, it returns a list."""
-        from lowering import compile as lower_compile
+    @property
+    def program(self):
+        """The name-keyed ``Program`` of the IR, its outputs in order; an input is named by its
+        argument's path (``0``, ``1['w']``, ...)."""
+        from .aot import Program
+        from .core.graph import Graph
 
-        return lower_compile(self.graph, self.device)
+        g = self.graph
+        return Program(Graph(g.nodes, g.inputs, g.outputs, self.signature.input_names()))
+
+    def compile(self):
+        """The function compiled for this signature, called as the jitted function is."""
+        from lowering import compile as lower_compile
+        from .aot import Compiled
+
+        return Compiled(lower_compile(self.graph, self.device, self.options), self.signature,
+                        self.device)
 
     def __repr__(self):
         return f"<Lowered {self.name}: {self.graph!r}>"

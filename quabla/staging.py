@@ -21,7 +21,7 @@ import numpy as np
 from . import tree
 from .array import Array, Tensor, asarray
 from .core.tracing import TraceFrame, TraceTensor, current_frames, trace_frame
-from .errors import RetraceWarning
+from .errors import RetraceWarning, TracerError
 from .transforms import inline
 
 __all__ = ["Staged", "Transform", "trace_function", "signature_text", "logger"]
@@ -232,6 +232,7 @@ class Staged:
     """
 
     compile_mode = None
+    lower_options = None  # passed to lowering.compile (jit's precision, the function's name)
 
     def __init__(self, fun, transform, max_traces=8, device=None, name=None, config=None,
                  root=None):
@@ -292,6 +293,7 @@ class Staged:
 
     def _argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
+        from .aot import ShapeDtype
         from .random import Key
 
         path, leaf = tree.flatten_with_path(args)[0][index]
@@ -299,6 +301,8 @@ class Staged:
             return TypeError(
                 "a random Key cannot be an argument of a transform; sample outside and pass arrays"
             )
+        if isinstance(leaf, ShapeDtype):
+            return TypeError(f"{self.name}: a ShapeDtype is an argument of lower(), not of a call")
         where = self.argument_name(path[0]) + "".join(f"[{key!r}]" for key in path[1:])
         return TypeError(
             f"{self.name}: argument {where} of type {type(leaf).__name__} is not an array, a "
@@ -394,12 +398,12 @@ class Staged:
 
             executable = compile_in_background(
                 graph, self.device, f"{self.name} for {self.describe(treedef, parts)}",
-                lambda run: setattr(entry, "run", run))
+                lambda run: setattr(entry, "run", run), self.lower_options)
         else:
             from lowering import compile as lower_compile
 
             start = time.perf_counter()
-            executable = lower_compile(graph, self.device)
+            executable = lower_compile(graph, self.device, self.lower_options)
             if logger.isEnabledFor(logging.INFO):
                 logger.info("compiled %s for %s in %.1f ms", self.name,
                             self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))
@@ -454,16 +458,29 @@ class Staged:
         cache[key] = value
 
     def lower(self, *args):
-        """Trace and transform for ``args`` without running: the IR and the generated source."""
+        """Trace and transform for ``args`` (arrays or ``ShapeDtype`` leaves) without running:
+        the IR, the generated source and ``compile()`` for this signature."""
+        from .aot import CallSignature
         from .lowered import Lowered
 
         leaves, treedef = tree.flatten(args)
+        diff = self.transform.differentiated(treedef)
         try:
-            parts, _, _ = _signature(leaves, self.transform.differentiated(treedef))
+            parts, _, _ = _signature(leaves, diff, abstract=True)
         except _BadLeaf as bad:
             raise self._argument_error(args, bad.index) from None
-        graph, _, _ = self._stage(treedef, parts, leaves)
-        return Lowered(graph, self.device, self.name)
+        graph, assemble, captures = self._stage(treedef, parts, leaves)
+        if captures:
+            raise TracerError(f"{self.name} closes over tracers of a trace in progress; it "
+                              "cannot be lowered on its own")
+        return Lowered(graph, self.device, self.name,
+                       CallSignature(self, treedef, parts, diff, assemble))
+
+    def _staged_args(self, args, kwargs):
+        """The staged call of ``args`` and ``kwargs`` (``Jitted`` binds keywords)."""
+        if kwargs:
+            raise TypeError(f"{self.name} takes no keyword arguments")
+        return args
 
     def describe(self, treedef, parts):
         """The signature as users see it (the arguments they passed)."""
@@ -551,7 +568,7 @@ class _BadLeaf(Exception):
         self.index = index
 
 
-def _signature(leaves, diff):
+def _signature(leaves, diff, abstract=False):
     """Classify leaves: (signature parts, dynamic array leaves, any tracer among them).
 
     Arrays (and anything with ``__array__`` or the buffer protocol, converted) are dynamic,
@@ -584,6 +601,11 @@ def _signature(leaves, diff):
                 continue
             leaf = np.array(float(leaf))
         elif not isinstance(leaf, (np.ndarray, np.generic, Array)) and not _array_like(leaf):
+            from .aot import ShapeDtype
+
+            if abstract and t is ShapeDtype:  # lower's abstract leaves: an aval, no data
+                parts.append(leaf.part)
+                continue
             raise _BadLeaf(i)
         leaf = asarray(leaf)
         parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
