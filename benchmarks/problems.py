@@ -17,6 +17,9 @@ LJ_PARTICLES = 1024   # Lennard-Jones: particles, all pairs by broadcasting
 TRAINING = {"train_pinn": "pinn_vmap", "train_pinn_trainer": "pinn_vmap",
             "train_mlp": "mlp_pinn", "train_mlp_trainer": "mlp_pinn"}
 RATES = {"pinn_vmap": 0.05, "mlp_pinn": 1e-3}
+SCAN_STEPS = 1000     # explicit integrator: steps of the scan
+SCAN_STATES = 64      # ... and oscillators integrated at once
+SCAN_DT = 0.01
 
 
 class Case:
@@ -65,6 +68,29 @@ def lj_energy(np_like, x):
     r2 = np_like.sum(d * d, axis=-1) + eye          # 1 on the diagonal: no division by zero
     inv6 = (1.0 / r2) ** 3
     return 2.0 * np_like.sum((inv6 * inv6 - inv6) * (1.0 - eye))
+
+
+def oscillator_start():
+    """Initial displacements of the 64 damped nonlinear oscillators (deterministic)."""
+    import numpy as np
+
+    return np.linspace(-1.0, 1.0, SCAN_STATES)
+
+
+def oscillator_loss(np_like, scan, theta, x0):
+    """Energy-like loss of 64 oscillators x'' = -k x - c x' - a x^3 (theta = [k, c, a])
+    integrated by 1000 semi-implicit Euler steps with ``scan(step, init) -> (carry, ys)``:
+    the time integral of sum(x^2) plus the final sum(x^2 + v^2)."""
+    k, c, a = theta[0], theta[1], theta[2]
+
+    def step(carry):
+        x, v = carry
+        v = v + SCAN_DT * (-k * x - c * v - a * x * x * x)
+        x = x + SCAN_DT * v
+        return (x, v), np_like.sum(x * x)
+
+    (x, v), e = scan(step, (x0, 0.0 * x0))
+    return SCAN_DT * np_like.sum(e) + np_like.sum(x * x + v * v)
 
 
 def _tree_summary(value, grads, leaves):
@@ -135,6 +161,13 @@ def build_quabla(problem):
 
         return Case(train, (), summary=lambda out: [out.item()])
 
+    if problem == "scan_oscillator":
+        def scan(step, init):
+            return qb.scan(lambda carry, i: step(carry), init, length=SCAN_STEPS)
+
+        step = qb.jit(qb.value_and_grad(lambda theta, x0: oscillator_loss(qb, scan, theta, x0)))
+        return Case(step, (qb.array([4.0, 0.3, 1.5]), qb.array(oscillator_start())),
+                    summary=lambda out: [out[0].item()] + [float(g) for g in out[1].tolist()])
     if problem == "lj":
         step = qb.jit(qb.value_and_grad(lambda x: lj_energy(qb, x)))
         return Case(step, (qb.array(lj_positions()),),
@@ -239,6 +272,13 @@ def build_jax(problem):
 
         return Case(step, (), block, lambda out: [float(out)])
 
+    if problem == "scan_oscillator":
+        def scan(step, init):
+            return jax.lax.scan(lambda carry, _: step(carry), init, None, length=SCAN_STEPS)
+
+        step = jax.jit(jax.value_and_grad(lambda theta, x0: oscillator_loss(jnp, scan, theta, x0)))
+        return Case(step, (jnp.asarray([4.0, 0.3, 1.5]), jnp.asarray(oscillator_start())), block,
+                    lambda out: [float(out[0])] + [float(g) for g in out[1]])
     if problem == "lj":
         step = jax.jit(jax.value_and_grad(lambda x: lj_energy(jnp, x)))
         return Case(step, (jnp.asarray(lj_positions()),), block,

@@ -17,6 +17,9 @@ Problems:
              same JAX step
   lj         Lennard-Jones energy and forces of 1024 particles, all pairs by broadcasting,
              jit(value_and_grad(energy)); the hand-written kernel loops over the pairs
+  scan_oscillator
+             value_and_grad of a 1000-step explicit integrator of 64 damped nonlinear
+             oscillators written with qb.scan, beside jax.lax.scan (issue 8)
 
 Every measurement runs in a subprocess of its own. For each (problem, implementation) a cold
 process starts with empty compile caches (fresh QUABLA_CACHE_DIR, NUMBA_CACHE_DIR and JAX
@@ -46,7 +49,7 @@ ROOT = os.path.dirname(HERE)
 
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn", "train_pinn", "train_pinn_trainer",
-            "train_mlp", "train_mlp_trainer", "lj"]
+            "train_mlp", "train_mlp_trainer", "lj", "scan_oscillator"]
 IMPL_NAMES = ["quabla", "jax", "numba"]
 DESCRIPTIONS = {
     "roundtrip": "NumPy round trip, 1e6 float64",
@@ -58,6 +61,7 @@ DESCRIPTIONS = {
     "train_mlp": "MLP PINN train step, (a) loop",
     "train_mlp_trainer": "MLP PINN train step, (b) Trainer",
     "lj": "Lennard-Jones energy+forces, 1024",
+    "scan_oscillator": "scan integrator, 1000 steps x 64, v&g",
 }
 
 
