@@ -7,6 +7,7 @@ summary of the result (floats) that the runner compares across implementations.
 """
 
 import math
+import os
 
 PI = math.pi
 N_POINTS = 8          # README PINN collocation points
@@ -20,6 +21,7 @@ RATES = {"pinn_vmap": 0.05, "mlp_pinn": 1e-3}
 SCAN_STEPS = 1000     # explicit integrator: steps of the scan
 SCAN_STATES = 64      # ... and oscillators integrated at once
 SCAN_DT = 0.01
+DEVICE = os.environ.get("BENCH_DEVICE") or None  # Quabla's jit device (run.py --device)
 
 
 class Case:
@@ -165,15 +167,16 @@ def build_quabla(problem):
         def scan(step, init):
             return qb.scan(lambda carry, i: step(carry), init, length=SCAN_STEPS)
 
-        step = qb.jit(qb.value_and_grad(lambda theta, x0: oscillator_loss(qb, scan, theta, x0)))
+        step = qb.jit(qb.value_and_grad(lambda theta, x0: oscillator_loss(qb, scan, theta, x0)),
+                      device=DEVICE)
         return Case(step, (qb.array([4.0, 0.3, 1.5]), qb.array(oscillator_start())),
                     summary=lambda out: [out[0].item()] + [float(g) for g in out[1].tolist()])
     if problem == "lj":
-        step = qb.jit(qb.value_and_grad(lambda x: lj_energy(qb, x)))
+        step = qb.jit(qb.value_and_grad(lambda x: lj_energy(qb, x)), device=DEVICE)
         return Case(step, (qb.array(lj_positions()),),
                     summary=lambda out: [out[0].item(), float(qb.sum(out[1] * out[1]).item())])
     loss, params, data = quabla_loss(problem)
-    step = qb.jit(qb.value_and_grad(loss))
+    step = qb.jit(qb.value_and_grad(loss), device=DEVICE)
     if problem == "mlp_pinn":
         return Case(step, (params, *data),
                     summary=lambda out: _tree_summary(out[0], out[1], qb.tree.leaves))

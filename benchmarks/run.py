@@ -4,6 +4,7 @@
     python benchmarks/run.py pinn mlp_pinn        # some of them
     python benchmarks/run.py --impls quabla,numba --json results.json
     python benchmarks/run.py compile [cases]      # a cold compile phase by phase (compile.py)
+    python benchmarks/run.py lj mlp_pinn --device mlx   # Quabla's programs on another device
 
 Problems:
   roundtrip  NumPy round trip of 1e6 float64 values: qb.array(ndarray), then np.asarray(t)
@@ -301,6 +302,8 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     parser.add_argument("--blas-threads", type=int,
                         help="set OPENBLAS/MKL/OMP_NUM_THREADS in every measured process")
+    parser.add_argument("--device", help="Quabla's jit device for the problems (cpu, cuda, mlx; "
+                        "the training problems stay on the CPU): sets BENCH_DEVICE")
     parser.add_argument("--child", nargs=3, metavar=("IMPL", "PROBLEM", "PHASE"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -321,10 +324,12 @@ def main(argv=None):
     if args.blas_threads:
         for name in BLAS_THREAD_VARS:
             os.environ[name] = str(args.blas_threads)
+    if args.device:
+        os.environ["BENCH_DEVICE"] = args.device
     if "jax" in impls and not _importable("jax"):
         print("jax is not installed: its column is n/a (pip install jax jaxlib to compare)")
         impls.remove("jax")
-    settings = [f"{k}={os.environ[k]}" for k in ("QUABLA_BACKEND",) + BLAS_THREAD_VARS
+    settings = [f"{k}={os.environ[k]}" for k in ("QUABLA_BACKEND", "BENCH_DEVICE") + BLAS_THREAD_VARS
                 if os.environ.get(k)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
           + (", " + ", ".join(settings) if settings else ""), flush=True)

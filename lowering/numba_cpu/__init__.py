@@ -31,13 +31,18 @@ _DECORATOR = ("@numba.cfunc(numba.types.void(numba.types.voidptr), error_model=\
               "pipeline_class=lean_pipeline())\n")
 
 
-# Front-end passes of Numba's nopython pipeline for constructs generated code never contains
-# (with blocks, closures and comprehensions, constant-foldable branches, nested functions,
-# literally / literal_unroll): each walks the whole function, and the entry of a deep program
-# is large (docs/compile-time.md).
+# Passes of Numba's nopython pipeline for constructs generated code never contains (with
+# blocks, closures and comprehensions, constant-foldable branches, nested functions,
+# literally / literal_unroll; after typing, string-literal getitems, arrays of constant lists
+# and array expressions: NopythonRewrites): each walks the whole function, and the entry of a
+# deep program is large (docs/compile-time.md). ReconstructSSA is left out too: every variable
+# of generated code keeps one type, which is all Numba's untyped SSA form is for, and it costs
+# a pass over the whole function per variable assigned more than once (loop-carried scalars,
+# swapped carry buffers): half the compile time of a 1,500-line adjoint ODE solve.
 _UNUSED_PASSES = ("WithLifting", "InlineClosureLikes", "RewriteSemanticConstants",
                   "DeadBranchPrune", "MakeFunctionToJitFunction", "FindLiterallyCalls",
-                  "LiteralUnroll", "LiteralPropagationSubPipelinePass")
+                  "LiteralUnroll", "LiteralPropagationSubPipelinePass", "ReconstructSSA",
+                  "NopythonRewrites")
 _PIPELINE = None
 # Python's recursion limit while Numba compiles an entry (see _deep_recursion).
 COMPILE_RECURSION_LIMIT = 20_000
