@@ -17,6 +17,7 @@ import numpy as np
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..buffers import ScratchPlan
+from ..templates import operand_names, scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, schedule
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
@@ -44,16 +45,6 @@ FUNCTION_NAME = "quabla_entry"
 # source nested about 200 brackets deep, and each local costs Numba compile time.
 SPLICE_DEPTH = 40
 SPLICE_LENGTH = 2000
-
-_OPERAND_NAMES = {"select": ("pred", "x", "y"), "cast": ("x",)}
-
-
-def _operand_names(op):
-    names = _OPERAND_NAMES.get(op)
-    if names is None:
-        names = tuple(PRIMITIVES[op].spec["operands"])
-    return names
-
 
 def _literal(value, dtype):
     if dtype.name == "bool":
@@ -311,16 +302,6 @@ class _Emitter:
             return f"v{nid}"
         return f"v{nid}[{', '.join(self.rows(nid, idx))}]"
 
-    def scalar_expr(self, node, args):
-        prim = PRIMITIVES[node.op]
-        params = dict(node.params)
-        fields = dict(zip(_operand_names(node.op), args))
-        if node.op == "cast":
-            fields["dtype"] = params["dtype"].name
-        else:
-            fields.update(params)
-        return prim.scalar.format(**fields)
-
     def gather(self, node, group, idx):
         """Index maps read their (materialised) source at a remapped index."""
         source = node.operands[0]
@@ -375,7 +356,7 @@ class _Emitter:
             else:
                 nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
                     [self.nesting.get(o, 2) for o in node.operands if o in self.inlined] + [2])
-                expr = self.scalar_expr(node, [self.read(o, group, idx) for o in node.operands])
+                expr = scalar_expression(node, [self.read(o, group, idx) for o in node.operands])
             if m in single_use and nesting <= SPLICE_DEPTH and len(expr) <= SPLICE_LENGTH:
                 self.inlined[m] = expr
                 self.nesting[m] = nesting
@@ -398,7 +379,7 @@ class _Emitter:
             if node.op in INDEX_MAPS:
                 continue
             template = PRIMITIVES[node.op].scalar if node.op not in REDUCTIONS else "{x}"
-            names = ("x",) if node.op in REDUCTIONS else _operand_names(node.op)
+            names = ("x",) if node.op in REDUCTIONS else operand_names(node.op)
             for o, name in zip(node.operands, names):
                 weight = template.count("{" + name + "}")
                 uses[o] = uses.get(o, 0) + weight
@@ -457,7 +438,7 @@ class _Emitter:
                 self.constants.append(value)
             return
         if node.shape == () and PRIMITIVES[op].elementwise:
-            self.emit(f"{out} = {self.scalar_expr(node, args)}")
+            self.emit(f"{out} = {scalar_expression(node, args)}")
             return
         handler = getattr(self, "op_" + op, None)
         if handler is None:

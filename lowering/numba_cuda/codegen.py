@@ -36,6 +36,7 @@ from quabla.core.primitives import PRIMITIVES
 from quabla.errors import UnsupportedOperationError
 from .. import walk
 from ..buffers import ScratchPlan
+from ..templates import scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, Single, schedule
 
 __all__ = ["Launch", "generate", "check_supported", "SUPPORTED", "ENTRY"]
@@ -48,7 +49,6 @@ STRUCTURAL = frozenset({"input", "constant", "reshape", "pad", "concatenate", "d
 SUPPORTED = STRUCTURAL | INDEX_MAPS | REDUCTIONS | frozenset(
     op for op, prim in PRIMITIVES.items() if prim.elementwise and prim.scalar)
 
-_OPERAND_NAMES = {"select": ("pred", "x", "y"), "cast": ("x",)}
 _INIT = {"reduce_sum": 0.0, "reduce_max": -math.inf, "reduce_min": math.inf,
          "reduce_or": False, "reduce_and": True}
 _COMBINE = {"reduce_sum": "{a} + {b}", "reduce_max": "_max({a}, {b})",
@@ -76,10 +76,6 @@ def check_supported(graph, device):
     for node in walk(graph):
         if node.op not in SUPPORTED:
             raise UnsupportedOperationError(op=node.op, device=device)
-
-
-def _operand_names(op):
-    return _OPERAND_NAMES.get(op) or tuple(PRIMITIVES[op].spec["operands"])
 
 
 def _literal(value, dtype):
@@ -215,13 +211,7 @@ class _Emitter:
         return self.read(source, None, sidx)
 
     def scalar_expr(self, node, args):
-        params = dict(node.params)
-        fields = dict(zip(_operand_names(node.op), args))
-        if node.op == "cast":
-            fields["dtype"] = params["dtype"].name
-        else:
-            fields.update(params)
-        expr = PRIMITIVES[node.op].scalar.format(**fields)
+        expr = scalar_expression(node, args)
         if node.dtype.name == "float32" and expr.startswith("_"):
             expr = f"_f32({expr})"  # helpers compute with float64 literals
         return expr

@@ -9,6 +9,8 @@ import math
 import numba
 from numba import cuda
 
+from quabla.core.rules.elementwise import power_by_squaring
+
 __all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
            "_integer_pow", "_pow", "_max", "_min", "_cast_float64", "_cast_float32",
            "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve"]
@@ -62,18 +64,12 @@ def _tanh(x):
     return math.tanh(x)
 
 
+_power_by_squaring = _device(power_by_squaring)
+
+
 @_device
 def _integer_pow(x, n):
-    """x ** n (n >= 0) by repeated squaring, as quabla.core.rules.elementwise does."""
-    result = 1.0
-    base = x
-    while n:
-        if n & 1:
-            result = result * base
-        n >>= 1
-        if n:
-            base = base * base
-    return result
+    return _power_by_squaring(1.0, x, n)
 
 
 @_device
