@@ -15,11 +15,14 @@ Forward mode (all four regions): ``cond`` runs the JVP of the chosen branch; ``s
 ``while`` carry the tangents beside the primal carry (``while``'s ``cond_fun`` sees only the
 primals).
 
-Reverse mode (``cond``, ``scan``, so ``fori_loop`` with static bounds): ``cond`` runs the VJP of
-the chosen branch. ``scan`` runs a forward scan that also stacks the carry at the start of
+Reverse mode (``cond``, ``scan``, so ``fori_loop`` with static bounds): ``cond`` runs a forward
+cond that returns the chosen branch's results and the residuals its VJP needs, then a cond of
+the VJP's part that reads the cotangents. ``scan`` runs a forward scan that also stacks the carry at the start of
 every step (row ``i - lower``), then a scan in the opposite direction whose body reads its
 step's carry and cotangents of the ``ys`` with ``dynamic_index``, recomputes the step and
-applies its VJP; the cotangents of the carry and of the loop constants are its carry. Memory:
+applies its VJP; the cotangents of the carry and of the loop constants are its carry. Both
+forward regions have the same operands as the primal region, so the rewriter merges them
+with it (``rewriting.py``): the forward loop or branch runs once. Memory:
 the stored carries take ``length`` times the carry's bytes. When that exceeds
 ``CHECKPOINT_BYTES`` (256 MiB) and ``length >= 4``, the scan is differentiated as the same
 loop split into segments of ``ceil(sqrt(length))`` steps (an outer scan over segments, each an
@@ -162,9 +165,13 @@ def cond_jvp(primals, tangents, outs, *, true_fun, false_fun):
 
 
 def cond_vjp(cts, primals, outs, *, true_fun, false_fun):
+    """A forward cond returning the branch's results and its residuals (zeros for the other
+    branch's), which the rewriter merges with the primal cond, then a cond of what needs the
+    cotangents, reading the residuals: the branch runs forward once."""
     pred, operands = primals[0], primals[1:]
     n_in, n_out = len(operands), len(outs)
-    seeds = ["input" if f else None for f in _flags(cts)]
+    flags = _flags(cts)
+    seeds = ["input" if f else None for f in flags]
     wrt = [k for k, x in enumerate(operands) if x.dtype.is_floating]
     graphs = [vjp_graph(g, wrt, seeds) for g in (true_fun, false_fun)]
     grad_f = [any(f) for f in zip(*(_nonzero(g, n_in, range(n_out, n_out + len(wrt)))
@@ -172,9 +179,44 @@ def cond_vjp(cts, primals, outs, *, true_fun, false_fun):
     if not any(grad_f):
         return [None] * len(primals)
     keep = [n_out + j for j, f in enumerate(grad_f) if f]
-    t, f = (_rewire(g, range(len(g.inputs)), keep) for g in graphs)
-    res = bind("cond", pred, *operands, *_pick(cts, _flags(cts)), true_fun=t, false_fun=f)
-    grads = iter(res)
+    n_ct = len(graphs[0].inputs) - n_in
+    # per branch: (back over (cts, *boundary), outer over the operands -> boundary)
+    splits = [hoist(_rewire(g, list(range(n_in, n_in + n_ct)) + list(range(n_in)), keep), n_ct)
+              for g in graphs]
+    passed = [[outer.inputs.index(o) if o in outer.inputs else None for o in outer.outputs]
+              for _, outer in splits]  # a boundary value that is an operand: passed as it is
+    res = [[k for k, p in enumerate(ps) if p is None] for ps in passed]
+    res_avals = [[_input(back, n_ct + k) for k in r] for (back, _), r in zip(splits, res)]
+    operand_in = [_input(true_fun, k) for k in range(n_in)]
+
+    def forward(branch):
+        def fun(args):
+            values = inline((true_fun, false_fun)[branch], args)
+            for b, ((_, outer), r) in enumerate(zip(splits, res)):
+                if b == branch:
+                    boundary = inline(outer, args)
+                    values += [boundary[k] for k in r]
+                else:
+                    values += [materialize(Zero(s, d), s, d) for s, d, _, _ in res_avals[b]]
+            return values
+        return _traced(operand_in, fun)
+
+    fwd = bind("cond", pred, *operands, true_fun=forward(0), false_fun=forward(1))[n_out:]
+    stored = _split(fwd, [len(r) for r in res])
+
+    def backward(branch):
+        (back, _), ps = splits[branch], passed[branch]
+
+        def fun(args):
+            ops_, mine, ct = (_split(args, [n_in, len(res[0]), len(res[1]), n_ct])[k]
+                              for k in (0, 1 + branch, 3))
+            it = iter(mine)
+            return inline(back, ct + [ops_[p] if p is not None else next(it) for p in ps])
+        return _traced(operand_in + res_avals[0] + res_avals[1]
+                       + _named(_pick(cts, flags), "cotangent"), fun)
+
+    grads = iter(bind("cond", pred, *operands, *stored[0], *stored[1], *_pick(cts, flags),
+                      true_fun=backward(0), false_fun=backward(1)))
     by_operand = {k: next(grads) for k, f in zip(wrt, grad_f) if f}
     return [None] + [by_operand.get(k) for k in range(n_in)]
 

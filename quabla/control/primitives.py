@@ -13,14 +13,14 @@ A region is one multi-result IR node whose params hold its sub-graphs:
 
 The loop index is a weak float64 scalar (Quabla has no integer dtype). The NumPy references
 below run the sub-graphs with the interpreter; JVP/VJP rules are in ``autodiff.py``, batching
-rules in ``batching.py``.
+rules in ``batching.py``, the rewriter's pruning and merging rules in ``rewriting.py``.
 """
 
 import numpy as np
 
 from .. import dtypes as _dt
 from ..core.primitives import Primitive, register
-from . import autodiff, batching
+from . import autodiff, batching, rewriting  # noqa: F401  (rewriting: the rewriter's rules)
 
 __all__ = ["INDEX_DTYPE"]
 

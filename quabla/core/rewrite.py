@@ -3,7 +3,8 @@ identities and dead code elimination, applied after every transform.
 
 Symbolic AD bloats graphs (every ``x * 1``, every re-broadcast); this pass is what keeps the
 generated code small. It rebuilds the graph in one forward sweep with hash-consing, so a node
-is only ever created in canonical form, then drops what the outputs do not need.
+is only ever created in canonical form, merges regions that share their operands and loop
+(``REGION_RULES``), then drops what the outputs do not need, inside regions too.
 """
 
 import numpy as np
@@ -11,15 +12,23 @@ import numpy as np
 from .graph import Const, Graph, GraphBuilder
 from .primitives import PRIMITIVES
 
-__all__ = ["simplify"]
+__all__ = ["REGION_RULES", "simplify"]
 
 FOLD_LIMIT = 1 << 16  # fold constant expressions up to this many elements
+
+# op -> how the rewriter sees into a region (registered by ``quabla.control``):
+#   prune(node, read) -> None when every result index in ``read`` and every operand is needed,
+#       else ``(kept operand positions, params, {old result index: new index})``;
+#   merge_key(node) -> None or a hashable key: regions with equal keys compute the same loop
+#       (or branch) over the same operands, so one region can give the results of all;
+#   merge(nodes) -> ``(params, [{old result index: new index} per node])``.
+REGION_RULES = {}
 
 
 def simplify(graph, max_passes=4):
     """Return an equivalent, smaller graph (the same inputs, in the same order)."""
     for _ in range(max_passes):
-        new = _dce(_sweep(graph))
+        new = _dce(_merge(_sweep(graph)))
         if len(new.nodes) == len(graph.nodes) and new == graph:
             return new
         graph = new
@@ -221,21 +230,87 @@ class _Shadow:
         self.shape = shape
 
 
+def _merge(graph):
+    """One region node for each group of regions with the same ``merge_key``, placed where
+    the first of them was (they share their operands); their ``get``s read it."""
+    groups = {}
+    for nid, node in enumerate(graph.nodes):
+        rule = REGION_RULES.get(node.op)
+        key = rule.merge_key(node) if rule is not None else None
+        if key is not None:
+            groups.setdefault(key, []).append(nid)
+    groups = [g for g in groups.values() if len(g) > 1]
+    if not groups:
+        return graph
+    first, redirect = {}, {}  # region -> (members, params, maps); member -> (first, its map)
+    for members in groups:
+        nodes = [graph.nodes[m] for m in members]
+        params, maps = REGION_RULES[nodes[0].op].merge(nodes)
+        first[members[0]] = (members, params)
+        redirect.update((m, (members[0], index_map)) for m, index_map in zip(members, maps))
+    reads = {}  # merged region -> {new result index: get node}
+    for nid, node in enumerate(graph.nodes):
+        if node.op == "get" and node.operands[0] in redirect:
+            lead, index_map = redirect[node.operands[0]]
+            reads.setdefault(lead, {}).setdefault(index_map[node.kw["index"]], node)
+    b = GraphBuilder()
+    remap, merged_gets = {}, {}
+    for nid, node in enumerate(graph.nodes):
+        if node.op == "input":
+            remap[nid] = b.input(node.shape, node.dtype, graph.input_names[len(b.inputs)],
+                                 node.weak)
+        elif nid in first:
+            members, params = first[nid]
+            region = b.add(node.op, tuple(remap[o] for o in node.operands), params, node.shape,
+                           node.dtype, node.weak)
+            for index, get in sorted(reads.get(nid, {}).items()):
+                merged_gets[nid, index] = b.add("get", (region,), (("index", index),), get.shape,
+                                                get.dtype, get.weak)
+        elif nid in redirect:
+            continue
+        elif node.op == "get" and node.operands[0] in redirect:
+            lead, index_map = redirect[node.operands[0]]
+            remap[nid] = merged_gets[lead, index_map[node.kw["index"]]]
+        else:
+            remap[nid] = b.add(node.op, tuple(remap[o] for o in node.operands), node.params,
+                               node.shape, node.dtype, node.weak)
+    return b.build([remap[o] for o in graph.outputs])
+
+
 def _dce(graph):
+    """Drop what the outputs do not need; a region keeps only the results read and what they
+    need (``REGION_RULES`` prune its sub-graphs and operands, its ``get``s are renumbered)."""
     live = set(graph.outputs)
+    reads, pruned = {}, {}
     for nid in range(len(graph.nodes) - 1, -1, -1):
-        if nid in live:
-            live.update(graph.nodes[nid].operands)
+        if nid not in live:
+            continue
+        node = graph.nodes[nid]
+        if node.op == "get":
+            reads.setdefault(node.operands[0], set()).add(node.kw["index"])
+        rule = REGION_RULES.get(node.op)
+        cut = rule.prune(node, reads.get(nid, set())) if rule is not None else None
+        if cut is not None:
+            pruned[nid] = cut
+            live.update(node.operands[k] for k in cut[0])
+        else:
+            live.update(node.operands)
     live.update(graph.inputs)
     new_id = {}
     b = GraphBuilder()
     for nid, node in enumerate(graph.nodes):
         if nid not in live:
             continue
+        operands, params = node.operands, node.params
         if node.op == "input":
             new_id[nid] = b.input(node.shape, node.dtype, graph.input_names[len(b.inputs)],
                                   node.weak)
-        else:
-            new_id[nid] = b.add(node.op, tuple(new_id[o] for o in node.operands), node.params,
-                                node.shape, node.dtype, node.weak)
+            continue
+        if nid in pruned:
+            kept, params, _ = pruned[nid]
+            operands = [operands[k] for k in kept]
+        elif node.op == "get" and operands[0] in pruned:
+            params = (("index", pruned[operands[0]][2][node.kw["index"]]),)
+        new_id[nid] = b.add(node.op, tuple(new_id[o] for o in operands), params, node.shape,
+                            node.dtype, node.weak)
     return Graph(b.nodes, b.inputs, [new_id[o] for o in graph.outputs], b.input_names)
