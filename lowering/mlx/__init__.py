@@ -102,7 +102,12 @@ def _program(graph, ctx):
 
 class MlxExecutable:
     """Called with one ndarray per input, it returns a list of C-contiguous ndarrays in the
-    program's declared dtypes; ``run`` is the same call."""
+    program's declared dtypes; ``run`` is the same call.
+
+    The resident call keeps values in MLX memory between calls (the Trainer's steps):
+    ``to_device(array)`` makes an ``mx.array`` in the dtype the program runs, ``resident(*xs)``
+    takes and returns ``mx.array``s, evaluated (so no lazy graph grows across calls) but not
+    copied out, and ``to_host(x, shape, dtype)`` is the explicit readback."""
 
     source = None  # no generated text: the program is the table's calls
 
@@ -112,6 +117,7 @@ class MlxExecutable:
         self._stream = stream
         self._in_types = [ctx.dtype(graph.nodes[i].dtype) for i in graph.inputs]
         self._out_types = [graph.nodes[o].dtype.numpy for o in graph.outputs]
+        self._types = {dtype.numpy: ctx.dtype(dtype) for dtype in ctx.types}
 
     def __call__(self, *args):
         return self.run(*args)
@@ -121,6 +127,20 @@ class MlxExecutable:
             outs = self._compiled(*[mx.array(a, dtype=t) for a, t in zip(args, self._in_types)])
             mx.eval(outs)
             return [np.array(o, dtype=t, order="C") for o, t in zip(outs, self._out_types)]
+
+    def resident(self, *values):
+        with _LOCK, mx.stream(self._stream):
+            outs = self._compiled(*values)
+            mx.eval(outs)
+            return outs
+
+    def to_device(self, array):
+        with _LOCK:
+            return mx.array(array, dtype=self._types[array.dtype])
+
+    def to_host(self, value, shape, dtype):
+        with _LOCK:
+            return np.array(value, dtype=dtype, order="C").reshape(shape)
 
 
 def compile_graph(graph, options):

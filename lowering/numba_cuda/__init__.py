@@ -2,7 +2,9 @@
 generated host function, for ``jit(f, device="cuda:N")``.
 
 Each call uploads the inputs, runs the kernels on the program's device with intermediates in a
-pooled device scratch set (one per concurrent call, as on the CPU) and downloads the results.
+pooled device scratch set (one per concurrent call, as on the CPU) and downloads the results;
+the resident call (``CudaExecutable.resident``, what the Trainer drives) takes and returns
+device arrays instead, so values stay on the device between calls.
 Kernels are compiled by numba.cuda on their first launch in a process; the on-disk compile
 cache is not used yet (under ``NUMBA_ENABLE_CUDASIM=1`` there is no PTX to store at all).
 Large matrix products call cuBLAS where nvmath-python is installed (lowering/numba_cuda/blas.py),
@@ -17,7 +19,7 @@ import numpy as np
 
 from quabla.errors import UnsupportedOperationError
 from . import blas
-from .codegen import ENTRY, Launch, check_supported, generate
+from .codegen import ENTRY, RESIDENT, Launch, check_supported, generate
 
 __all__ = ["device_count", "simulated", "compile_graph", "CudaExecutable", "Launch",
            "SIMULATOR_LAUNCH"]
@@ -79,6 +81,9 @@ def compile_graph(graph, index=0, options=None, launch=None):
 class CudaExecutable:
     """Called with one ndarray per input, returns a list of ndarrays, one per output; ``run``
     is the same without checks (C-contiguous arrays of the graph's dtypes and shapes).
+    ``resident`` is ``run`` on device arrays (``to_device(array)``; a 0-d value is an array of
+    one element), returning device arrays of its own (copies out of the scratch set, so they
+    may be passed to the next call); ``to_host(value, shape, dtype)`` reads one back.
     ``traffic``: the bytes of device memory a call's kernels read and write, estimated from
     the arrays each one names (what a bandwidth figure divides)."""
 
@@ -91,8 +96,9 @@ class CudaExecutable:
         self.traffic = traffic
         module = types.ModuleType(f"quabla_cuda_{graph.fingerprint()[:16]}")
         exec(compile(source, f"<quabla cuda {module.__name__}>", "exec"), module.__dict__)
-        entry = getattr(module, ENTRY)
+        entry, resident = getattr(module, ENTRY), getattr(module, RESIDENT)
         gpu = cuda.gpus[index]
+        self._gpu = gpu
         with gpu:
             fixed = tuple(cuda.to_device(np.ascontiguousarray(c)) for c in constants)
         pool = []
@@ -106,15 +112,27 @@ class CudaExecutable:
             with gpu:
                 return {name: _views(buffers, slots) for name, buffers, slots in programs}
 
-        def run(*arrays):
+        def call(function, arrays, own=False):
             w = pool.pop() if pool else scratch()
             try:
                 with guard, gpu:
-                    return entry(w, fixed, *arrays)
+                    outs = function(w, fixed, *arrays)
+                    return [_owned(o) for o in outs] if own else outs
             finally:
                 pool.append(w)
 
-        self.run = run
+        self.run = lambda *arrays: call(entry, arrays)
+        self.resident = lambda *values: call(resident, values, own=True)
+
+    def to_device(self, array):
+        from numba import cuda
+
+        with self._gpu:
+            return cuda.to_device(array.reshape(array.shape or (1,)))
+
+    def to_host(self, value, shape, dtype):
+        with self._gpu:
+            return value.copy_to_host().reshape(shape).astype(dtype, copy=False)
 
     def __call__(self, *args):
         """``run`` for arrays of any layout and dtype: each is checked and converted first."""
@@ -128,6 +146,15 @@ class CudaExecutable:
                 raise ValueError(f"expected shape {tuple(nodes[nid].shape)}, got {a.shape}")
             arrays.append(a)
         return self.run(*arrays)
+
+
+def _owned(value):
+    """A device array of its own holding ``value`` (a scratch view, an input or a constant)."""
+    from numba import cuda
+
+    out = cuda.device_array(value.shape, value.dtype)
+    out.copy_to_device(value)
+    return out
 
 
 def _views(buffers, slots):

@@ -1,7 +1,8 @@
 """Generates the CUDA module of a graph: kernels for ``numba.cuda`` and the host function that
 launches them, from the same schedule as the CPU back end (lowering/schedule.py).
 
-Every value lives in device memory: inputs are uploaded per call, non-scalar constants once,
+Every value lives in device memory: inputs are uploaded per call (the resident entry takes them
+as device arrays and returns its results as such), non-scalar constants once,
 intermediates and results are slots of one pooled scratch buffer per dtype
 (lowering/buffers.py); 0-d values are arrays of one element, scalar constants literals.
 
@@ -39,9 +40,11 @@ from ..buffers import ScratchPlan
 from ..templates import scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, Single, schedule
 
-__all__ = ["Launch", "generate", "check_supported", "SUPPORTED", "ENTRY"]
+__all__ = ["Launch", "generate", "check_supported", "SUPPORTED", "ENTRY", "RESIDENT"]
 
 ENTRY = "quabla_device_run"  # the host function of the main program
+RESIDENT = "quabla_device_resident"  # the same on device arrays, returning device arrays
+# (in device shape: a 0-d value is an array of one element; results may be scratch views)
 
 STRUCTURAL = frozenset({"input", "constant", "reshape", "pad", "concatenate", "dot_general",
                         "solve", "cholesky", "triangular_solve", "dynamic_index",
@@ -525,28 +528,32 @@ class _Emitter:
         results = [self.result(o) for o in self.graph.outputs]
         nodes = self.nodes
         params = "".join(f"a{k}, " for k in range(len(self.graph.inputs)))
-        lines = [f"def {self.name}(w, c, {params}):"]
-        for k, nid in enumerate(self.graph.inputs):
-            shape = tuple(nodes[nid].shape) or (1,)
-            value = f"cuda.to_device(a{k}.reshape({shape}))" if self.top else f"a{k}"
-            lines.append(f"    v{nid} = {value}")
+        lines = [f"def {RESIDENT if self.top else self.name}(w, c, {params}):"]
+        lines += [f"    v{nid} = a{k}" for k, nid in enumerate(self.graph.inputs)]
         if self.slots:
             views = "".join(var + ", " for var, *_ in self.slots)
             lines.append(f"    ({views}) = w[{self.name!r}]")
         lines += ["    " + line for line in self.host]
         lines.append(f"    return [{', '.join(results)}]")
+        if self.top:  # the host-array entry: upload, the resident function, download
+            uploads = "".join(f"cuda.to_device(a{k}.reshape({tuple(nodes[nid].shape) or (1,)})), "
+                              for k, nid in enumerate(self.graph.inputs))
+            downloads = ", ".join(self.download(k, nid)
+                                  for k, nid in enumerate(self.graph.outputs))
+            lines += ["", "", f"def {self.name}(w, c, {params}):",
+                      f"    r = {RESIDENT}(w, c, {uploads})", f"    return [{downloads}]"]
         self.module.programs.append((self.name, "\n".join(lines) + "\n",
                                      sorted(self.plan.size.items()), self.slots))
 
     def result(self, nid):
-        """The expression the host function returns for output ``nid``: a download in the main
-        program; in a region's, a device array of this program's own scratch (so a caller
-        copying results into its carries never reads one it has overwritten)."""
+        """The expression the host function returns for output ``nid``: in the main program,
+        the device array holding it (which may be a scratch view: ``download`` copies it out,
+        as the resident caller does); in a region's, a device array of this program's own
+        scratch (so a caller copying results into its carries never reads one it has
+        overwritten)."""
         node = self.nodes[nid]
         if self.top:
-            if nid in self.literals:
-                return f"np.full((), {self.literals[nid]}, {_np(node.dtype.name)})"
-            return f"v{nid}.copy_to_host().reshape({tuple(node.shape)})"
+            return self.value(nid)
         if f"v{nid}" in self.slot_of and self.root[f"v{nid}"] == f"v{nid}":
             return f"v{nid}"
         out = f"v{nid}q"
@@ -555,6 +562,14 @@ class _Emitter:
         self.grid_stride(shape, lambda idx: [
             f"{out}[{', '.join(idx)}] = {self.read(nid, None, idx[:len(node.shape)])}"])
         return out
+
+    def download(self, k, nid):
+        """The host array of output ``k`` (node ``nid``) of the main program, from the resident
+        function's results ``r``."""
+        node = self.nodes[nid]
+        if nid in self.literals:
+            return f"np.full((), {self.literals[nid]}, {_np(node.dtype.name)})"
+        return f"r[{k}].copy_to_host().reshape({tuple(node.shape)})"
 
     def constant(self, value):
         """The host expression of a constant array (uploaded once, shared by all programs)."""
@@ -708,7 +723,8 @@ def _last_uses(graph, statements):
 
 def generate(graph, launch):
     """``(source, constants, programs, traffic)``: the module source (kernels, then one host
-    function per program: ``quabla_device_run(w, c, *inputs)`` for ``graph``, one per region body),
+    function per program: ``quabla_device_run(w, c, *inputs)`` for ``graph``, beside it
+    ``quabla_device_resident`` on device arrays, one per region body),
     the constants (the ``c`` the host functions take) and ``(name, buffers, slots)`` per
     program: the scratch each needs (``w[name]``: the views ``slots``, (variable, dtype name,
     offset, shape) each, of buffers of ``buffers`` elements per dtype); ``traffic`` estimates

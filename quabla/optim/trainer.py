@@ -5,7 +5,10 @@ compiled program, with parameters, optimizer slots and retained data held by the
 ``loss(params, *data)`` once, differentiates it, appends ``optimizer.apply`` and compiles the
 whole step. The trainer keeps the program's array operands in one list: ``step()`` hands the
 list to the executable and takes back the new parameters, slots and step count, with no
-flattening and no readback; ``loss()`` and ``params`` are the explicit readbacks. Positions in
+flattening and no readback; ``loss()``, ``params`` and ``state_dict()`` are the explicit
+readbacks. On the CPU the operands are the ndarrays the native entry takes; on a device
+("mlx", "cuda") they are its arrays (``mx.array``, numba.cuda device arrays), uploaded once
+and passed to the executable's resident call, which returns device arrays. Positions in
 ``batch_argnums`` are replaced by ``step(*batch)``, checked against the structure, shapes and
 dtypes declared at construction.
 """
@@ -70,8 +73,9 @@ class Trainer:
         for d in self._data:
             operands += d.arrays
         self._order = self._live + dead  # parameter leaf of each parameter operand
+        self._avals = [(tuple(t.shape), t.dtype.numpy) for t in operands]
         self._run = self._compile(loss, operands)
-        self._values = [t._value for t in operands]
+        self._values = [self._put(t._value) for t in operands]
         self._loss = None
 
     # -- the compiled step -------------------------------------------------------------------
@@ -95,8 +99,22 @@ class Trainer:
             return (*new_p, *[x for s in new_slots for x in s], count, value)
 
         train_step.__name__ = "train_step"
-        executable = jit(train_step, device=self.device).lower(*operands).compile()
-        return getattr(executable, "run", executable)
+        lowered = jit(train_step, device=self.device).lower(*operands)
+        out = lowered.graph.nodes[lowered.graph.outputs[-1]]
+        self._loss_aval = (tuple(out.shape), out.dtype.numpy)
+        compiled = lowered.compile()
+        executable = compiled.executable
+        # a device back end's resident call keeps the operands in device memory
+        self._memory = executable if hasattr(executable, "resident") else None
+        return compiled.run if self._memory is None else executable.resident
+
+    def _put(self, array):
+        """A host ndarray as an operand: uploaded once to the device, as is on the CPU."""
+        return array if self._memory is None else self._memory.to_device(array)
+
+    def _get(self, value, aval):
+        """An operand or result back on the host (an ndarray of ``aval``'s shape and dtype)."""
+        return value if self._memory is None else self._memory.to_host(value, *aval)
 
     def _params_tree(self, leaves):
         ordered = [None] * len(leaves)
@@ -124,25 +142,30 @@ class Trainer:
             start += len(d.arrays)
         for position, value in zip(self.batch_argnums, batch):
             arrays = self._data[position].check(value, position)
-            self._values[starts[position]:starts[position] + len(arrays)] = arrays
+            self._values[starts[position]:starts[position] + len(arrays)] = [
+                self._put(a) for a in arrays]
 
     # -- readbacks ------------------------------------------------------------------------------
     def loss(self):
         """The loss of the latest step (at the parameters before its update)."""
         if self._loss is None:
             raise RuntimeError("no step has run yet: call step() or fit() first")
-        return Tensor._wrap(self._loss)
+        return Tensor._wrap(self._get(self._loss, self._loss_aval))
 
     @property
     def params(self):
         layout = self._layout
-        values = self._values[:layout.n_live] + self._values[layout.carried:layout.data]
-        return self._params_tree([Tensor._wrap(v) for v in values])
+        where = [*range(layout.n_live), *range(layout.carried, layout.data)]
+        return self._params_tree([self._operand(k) for k in where])
+
+    def _operand(self, k):
+        return Tensor._wrap(self._get(self._values[k], self._avals[k]))
 
     @property
     def steps(self):
         """How many steps have run (restored by ``load_state_dict``)."""
-        return int(self._values[self._layout.carried - 1])
+        k = self._layout.carried - 1
+        return int(self._get(self._values[k], self._avals[k]))
 
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, steps, *, log_every=10, callback=None, progress=True, batches=None,
@@ -176,7 +199,7 @@ class Trainer:
                         batch = (batch,)
                 before = self._values[:carried]
                 self.step(*batch)
-                value = float(self._loss)
+                value = float(self._get(self._loss, self._loss_aval))
                 history.append(value)
                 if stop_on_nonfinite and not math.isfinite(value):
                     self._values[:carried] = before
@@ -203,7 +226,7 @@ class Trainer:
         for j, name in enumerate(self.optimizer.slots):
             leaves = [Tensor._wrap(np.zeros(np.shape(p))) for p in tree.leaves(self.params)]
             for k, i in enumerate(self._live):
-                leaves[i] = Tensor._wrap(self._values[(1 + j) * n + k])
+                leaves[i] = self._operand((1 + j) * n + k)
             state[name] = self._p_tree.unflatten(leaves)
         return {"params": self.params, "opt_state": state}
 
@@ -219,9 +242,9 @@ class Trainer:
         new = list(self._values)
         layout = self._layout
         n = layout.n_live
-        p_leaves = _matching(params, self._p_tree, self._values, self._param_slots(), "params")
+        p_leaves = _matching(params, self._p_tree, self._avals, self._param_slots(), "params")
         for operand, leaf in zip(self._param_slots(), p_leaves):
-            new[operand] = leaf
+            new[operand] = self._put(leaf)
         for j, name in enumerate(self.optimizer.slots):
             if name not in opt_state:
                 raise ValueError(f"opt_state has no {name!r} slot")
@@ -230,9 +253,10 @@ class Trainer:
                 raise ValueError(f"opt_state[{name!r}] is {slot_tree}, parameters are "
                                  f"{self._p_tree}")
             for k, i in enumerate(self._live):
-                new[(1 + j) * n + k] = _array_like(leaves[i], new[(1 + j) * n + k],
-                                                   f"opt_state[{name!r}] leaf {i}")
-        new[layout.carried - 1] = np.array(float(_count("step", step, allow_zero=True)))
+                new[(1 + j) * n + k] = self._put(_array_like(
+                    leaves[i], self._avals[(1 + j) * n + k], f"opt_state[{name!r}] leaf {i}"))
+        new[layout.carried - 1] = self._put(
+            np.array(float(_count("step", step, allow_zero=True))))
         self._values[:] = new
         self._loss = None
 
@@ -282,19 +306,22 @@ class _Data:
         return arrays
 
 
-def _matching(value, treedef, values, operands, what):
+def _matching(value, treedef, avals, operands, what):
     leaves, got = tree.flatten(value)
     if got != treedef:
         raise ValueError(f"{what} is {got}, the trainer's are {treedef}")
-    return [_array_like(leaf, values[op], f"{what} leaf {i}")
+    return [_array_like(leaf, avals[op], f"{what} leaf {i}")
             for i, (leaf, op) in enumerate(zip(leaves, operands))]
 
 
-def _array_like(leaf, like, what):
+def _array_like(leaf, aval, what):
+    """``leaf`` as a C-contiguous ndarray, or a ValueError unless it has ``aval``'s shape and
+    dtype."""
     value = np.asarray(leaf)
-    if value.shape != like.shape or value.dtype != like.dtype:
+    shape, dtype = aval
+    if value.shape != shape or value.dtype != dtype:
         raise ValueError(f"{what}: {value.dtype}{list(value.shape)}, expected "
-                         f"{like.dtype}{list(like.shape)}")
+                         f"{dtype}{list(shape)}")
     return np.ascontiguousarray(value)
 
 
