@@ -12,12 +12,19 @@ makes all its loads and stores compete for the same L1 cache sets (and trips the
 store-to-load aliasing check): the MLP PINN step ran ~15 % slower.
 """
 
-__all__ = ["ScratchPlan"]
+__all__ = ["ScratchPlan", "PRIVATE", "dtype_of"]
 
 ALIGN = 8
 PAGE = 4096      # bytes: the period of L1 set indices and of 4K aliasing
 LINE = 64        # bytes: the stagger between consecutive large slots
 ITEMSIZE = {"float64": 8, "float32": 4, "bool": 1}
+# A buffer whose name ends so is per thread: each thread of a threaded tile loop has its own.
+PRIVATE = "/thread"
+
+
+def dtype_of(buffer):
+    """The dtype name of a scratch buffer's name."""
+    return buffer.split("/")[0]
 
 
 class ScratchPlan:
@@ -30,9 +37,10 @@ class ScratchPlan:
     def take(self, owner, dtype, size, expiry):
         """A slot of ``size`` elements for ``owner``, free again after statement ``expiry``."""
         size = -(-max(size, 1) // ALIGN) * ALIGN
-        page = PAGE // ITEMSIZE.get(dtype, 8)
+        itemsize = ITEMSIZE.get(dtype_of(dtype), 8)
+        page = PAGE // itemsize
         if size >= page:
-            size = -(-size // page) * page + max(ALIGN, LINE // ITEMSIZE.get(dtype, 8))
+            size = -(-size // page) * page + max(ALIGN, LINE // itemsize)
         free = self._free.setdefault(dtype, [])
         for k, (start, room) in enumerate(free):
             if room >= size:
@@ -44,6 +52,13 @@ class ScratchPlan:
             start = self.size.get(dtype, 0)
             self.size[dtype] = start + size
         self._live[owner] = [dtype, start, size, expiry]
+        return start
+
+    def append(self, dtype, size):
+        """A slot after every other, never handed out again: for a value that must not share
+        memory with any (a threaded entry's 0-d values passed from one phase to the next)."""
+        start = self.size.get(dtype, 0)
+        self.size[dtype] = start + -(-max(size, 1) // ALIGN) * ALIGN
         return start
 
     def extend(self, owner, expiry):

@@ -254,7 +254,7 @@ def test_generated_code_has_no_reshape_of_scratch():
     params, x = _mlp_params(8, rng), np.linspace(0.0, 1.0, 256)
     args = (qb.tree.map(qb.array, params), qb.array(x))
     graph = qb.jit(qb.value_and_grad(_mlp, has_aux=True)).lower(*args).graph
-    body, constants, _ = generate(graph)
+    body, constants, _, _ = generate(graph)
     first_buffer = len(graph.inputs) + len(graph.outputs) + len(constants)
     scratch = {name for name, k in re.findall(r"^    (\w+) = carray\(_arg\(args, (\d+),", body, re.M)
                if int(k) >= first_buffer}
@@ -289,10 +289,9 @@ def _tiled_case_params():
             for name in TILED_CASES for k, case in enumerate(CASES[name])]
 
 
-@pytest.mark.parametrize("fn, make_args", _tiled_case_params())
-def test_primitives_batched_through_a_tile_loop(fn, make_args):
-    """``vmap`` of each case over 64 rows, then a product by a matrix and sums over the rows,
-    with the gradient: the loop nests of the batch run tile by tile (most of them)."""
+def batched_program(fn, make_args):
+    """``vmap`` of a case over 64 rows, then a product by a matrix and sums over the rows, with
+    the gradient: ``(program, args)``."""
     rows = 64
     rng = np.random.default_rng(13)
     samples = [make_args(rng) for _ in range(rows)]
@@ -308,4 +307,12 @@ def test_primitives_batched_through_a_tile_loop(fn, make_args):
                         argnums=tuple(range(len(args))))
         return out, qb.sum(h, axis=0), h.T @ flat, grads(*args)
 
-    _check(program, w, *args)
+    return program, (w, *args)
+
+
+@pytest.mark.parametrize("fn, make_args", _tiled_case_params())
+def test_primitives_batched_through_a_tile_loop(fn, make_args):
+    """Each case batched by ``batched_program``: the loop nests of the batch run tile by tile
+    (most of them)."""
+    program, args = batched_program(fn, make_args)
+    _check(program, *args)

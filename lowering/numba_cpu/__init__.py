@@ -13,6 +13,7 @@ import types
 import numpy as np
 
 from .. import cache, native
+from . import threads
 from .codegen import FUNCTION_NAME, generate
 
 __all__ = ["compile_graph", "load_cached", "NativeExecutable", "module_source", "lean_pipeline"]
@@ -66,10 +67,11 @@ def lean_pipeline():
     return _PIPELINE
 
 
-def module_source(graph):
-    """``(source, constants, buffers)`` of the module that holds ``graph``'s entry."""
-    body, constants, buffers = generate(graph)
-    return _HEADER + _DECORATOR + body, constants, buffers
+def module_source(graph, n_threads=None):
+    """``(source, constants, buffers, phases)`` of the module that holds ``graph``'s entry,
+    its tile loop split across ``n_threads`` (default: ``threads.count()``) if worth it."""
+    body, constants, buffers, phases = generate(graph, n_threads or threads.count())
+    return _HEADER + _DECORATOR + body, constants, buffers, phases
 
 
 def _compile(key, source, path):
@@ -108,13 +110,17 @@ class NativeExecutable:
     """The entry behind a small generated wrapper (the dispatch hot path): it allocates the
     results, appends the constants and a set of scratch buffers to the argument tuple, and makes
     one foreign call. Scratch sets are pooled, so concurrent calls (the entry runs without the
-    GIL) each get their own and a sequential caller reuses one."""
+    GIL) each get their own and a sequential caller reuses one. A threaded entry is called in
+    ``phases`` (codegen._phased): before its tile loop, each thread's block of tiles (on the
+    threads of threads.run_blocks), after it."""
 
-    def __init__(self, graph, address, keep, constants, buffers, source):
+    def __init__(self, graph, address, keep, constants, buffers, source, phases=None):
         self.graph = graph
         self.source = source
         self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
         self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
+        # each call's control row, an array (the entry reads it as the last argument)
+        self.phases = [[np.array(row, np.int64) for row in rows] for rows in phases or ()]
         fn = native.entry_function(address)
         nodes = graph.nodes
         n_in = len(graph.inputs)
@@ -124,14 +130,23 @@ class NativeExecutable:
         # ``run`` refers to nothing that refers back to it, so dropping the last reference
         # to it (a trace evicted, a function collected) frees the machine code at once
         namespace = {"fn": fn, "keep": keep, "empty": np.empty, "pool": [],
-                     "scratch": _scratch_sets(constants, buffers), "fixed": constants}
+                     "scratch": _scratch_sets(constants, buffers), "fixed": constants,
+                     "blocks": threads.run_blocks}
+        if self.phases:
+            before, each, after = ([(row,) for row in rows] for rows in self.phases)
+            namespace.update(before=before[0], each=each, after=after[0])
         lines = [f"def run({params}):"]
         for k, o in enumerate(graph.outputs):
             dtype = nodes[o].dtype.numpy
             namespace[f"d{k}"] = dtype
             lines.append(f"    o{k} = empty({tuple(nodes[o].shape)}, d{k})")
         call = f"({''.join(f'a{k}, ' for k in range(n_in))}{''.join(r + ', ' for r in results)})"
-        if buffers:
+        if self.phases:
+            lines += ["    w = pool.pop() if pool else scratch()",
+                      "    try:", f"        base = {call} + w", "        fn(base + before)",
+                      "        blocks(fn, base, each)", "        fn(base + after)",
+                      "    finally:", "        pool.append(w)"]
+        elif buffers:
             lines += ["    w = pool.pop() if pool else scratch()",
                       "    try:", f"        fn({call} + w)",
                       "    finally:", "        pool.append(w)"]
@@ -167,11 +182,11 @@ def _scratch_sets(constants, buffers):
 
 
 def _prepare(graph):
-    source, constants, buffers = module_source(graph)
+    source, constants, buffers, phases = module_source(graph)
     constants = [np.ascontiguousarray(c) for c in constants]
     for c in constants:
         c.flags.writeable = False
-    return cache.entry_key(source), source, constants, buffers
+    return cache.entry_key(source), source, constants, buffers, phases
 
 
 def _link(code, entry, symbols):
@@ -194,15 +209,15 @@ def _load(key):
 
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache has no entry for it)."""
-    key, source, constants, buffers = _prepare(graph)
+    key, source, constants, buffers, phases = _prepare(graph)
     linked = _load(key)
     if linked is None:
         return None
-    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source)
+    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source, phases)
 
 
 def compile_graph(graph, options):
-    key, source, constants, buffers = _prepare(graph)
+    key, source, constants, buffers, phases = _prepare(graph)
     path = cache.write_source(key, source)  # a planted or corrupted source never stays
     linked = _load(key)
     if linked is None:
@@ -210,4 +225,4 @@ def compile_graph(graph, options):
         cache.write_object(key, code, entry, externals)
         # run the object as warm processes will (and share it with them), or Numba's own copy
         linked = _link(code, entry, externals) or (cfunc, cfunc.address)
-    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source)
+    return NativeExecutable(graph, linked[1], linked[0], constants, buffers, source, phases)

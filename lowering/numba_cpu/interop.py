@@ -5,9 +5,11 @@ the item pointers, and at ``ARRAY_DATA`` bytes into each item its data pointer
 (``lowering/native.py``). Numba code can build that layout in an integer array of its own, so a
 generated ``njit`` function allocates the results and scratch with ``np.empty``, fills in the
 pointers and calls the entry's address as a ``ctypes`` function: no Python object and no
-interpreter round trip per call. The machine code and the constants it reads are pinned for
-the life of the process, as Numba's own compiled code is: the dispatcher can be called from
-code compiled long after the executable is gone.
+interpreter round trip per call. A threaded entry (codegen._phased) is called once per
+phase control row, all on the caller's thread: the user's code decides about threads. The
+machine code and the constants it reads are pinned for the life of the process, as Numba's own
+compiled code is: the dispatcher can be called from code compiled long after the executable is
+gone.
 """
 
 import ctypes
@@ -37,7 +39,8 @@ def numba_function(executable, name):
     inputs = [graph.nodes[i] for i in graph.inputs]
     outputs = [graph.nodes[o] for o in graph.outputs]
     constants = list(executable.constants)
-    _PINNED.append((executable._keep, constants))
+    controls = [row for rows in executable.phases for row in rows]
+    _PINNED.append((executable._keep, constants, controls))
     lines = [f"def {name}({', '.join(f'a{k}' for k in range(len(inputs)))}):"]
     for k, node in enumerate(inputs):
         if node.shape == ():
@@ -58,7 +61,8 @@ def numba_function(executable, name):
     results = [f"o{k}[0]" if node.shape == () else f"o{k}" for k, node in enumerate(outputs)]
     lines.append("    return " + (results[0] if len(results) == 1 else
                                  "(" + "".join(r + ", " for r in results) + ")"))
-    lines += _caller(owned, [c.ctypes.data for c in constants], scratch)
+    lines += _caller(owned, [c.ctypes.data for c in constants], scratch,
+                     [c.ctypes.data for c in controls])
     namespace = {"np": np,
                  "entry": ctypes.CFUNCTYPE(None, ctypes.c_void_p)(executable.address)}
     exec("\n".join(lines) + "\n", namespace)
@@ -66,14 +70,15 @@ def numba_function(executable, name):
     return numba.njit(tuple(_numba_type(node) for node in inputs))(namespace[name])
 
 
-def _caller(owned, constant_addresses, scratch):
+def _caller(owned, constant_addresses, scratch, control_addresses):
     """``_call(*owned, *scratch)``: lays out the entry's argument tuple (inputs, results,
-    constants, scratch) and calls it. The arrays are its arguments, so its caller keeps them
-    alive until the entry returns; the one layout array is the argument of that call."""
+    constants, scratch, and a threaded entry's control row) and calls it, once per control
+    row if there are any. The arrays are its arguments, so its caller keeps them alive until
+    the entry returns; the one layout array is the argument of that call."""
     cell = native.ARRAY_DATA // _WORD + 1  # a stand-in array object: its data pointer, last
     head = native.TUPLE_ITEMS // _WORD     # where the tuple's item pointers start
     pointers = ([f"{a}.ctypes.data" for a in owned] + [str(a) for a in constant_addresses]
-                + [f"{a}.ctypes.data" for a in scratch])
+                + [f"{a}.ctypes.data" for a in scratch] + (["0"] if control_addresses else []))
     n = len(pointers)
     lines = [f"def _call({', '.join(owned + scratch)}):",
              f"    layout = np.zeros({head + n + n * cell}, np.intp)",
@@ -82,7 +87,11 @@ def _caller(owned, constant_addresses, scratch):
         item = head + n + k * cell
         lines += [f"    layout[{head + k}] = base + {item * _WORD}",
                   f"    layout[{item + cell - 1}] = {pointer}"]
-    lines.append("    entry(layout.ctypes)")
+    if not control_addresses:
+        return lines + ["    entry(layout.ctypes)"]
+    control = head + n + (n - 1) * cell + cell - 1  # the data pointer of the last item
+    for address in control_addresses:
+        lines += [f"    layout[{control}] = {address}", "    entry(layout.ctypes)"]
     return lines
 
 

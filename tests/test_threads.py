@@ -1,0 +1,175 @@
+"""Threaded tile loops (lowering/numba_cpu/threads.py; codegen's phased entries) against the
+reference interpreter.
+
+Every program here is compiled with its tile loop split across threads, whatever its size
+(``threads.WORTH_ELEMENTS`` is set to 0), for 2 and 3 threads: 3 threads over 2 or 4 tiles
+leave a thread with no tile or with twice the others'. What is checked: the values (partial
+sums combined after the loop, 0-d values and views taken over from before the loop, exports
+written by every thread), the same bits on every call and from concurrent callers for a given
+thread count, and the entry called from users' Numba code. No timing here.
+"""
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+import quabla as qb
+import test_loop_nests as loops
+from lowering.interpret import evaluate
+from lowering.numba_cpu import compile_graph, module_source, threads
+from lowering.schedule import TileBegin, schedule
+
+TOL = dict(rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """``split(n)``: compile every tile loop from here on for ``n`` threads."""
+    monkeypatch.setattr(threads, "WORTH_ELEMENTS", 0)
+
+    def use(n):
+        monkeypatch.setenv("QUABLA_NUM_THREADS", str(n))
+    return use
+
+
+def _threaded(fn, *args):
+    """``fn`` staged and compiled threaded: ``(graph, executable, values, expected)``."""
+    args = tuple(qb.tree.map(lambda a: qb.array(np.asarray(a)), a) for a in args)
+    graph = qb.jit(fn).lower(*args).graph
+    assert module_source(graph)[3] is not None, "the program has no threaded tile loop"
+    values = [leaf.numpy() for leaf in qb.tree.leaves(args)]
+    return graph, compile_graph(graph, {}), values, evaluate(graph, values)
+
+
+def _check(executable, values, expected):
+    first, again = executable(*values), executable(*values)
+    for a, b, e in zip(first, again, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a, e, **TOL)
+        np.testing.assert_array_equal(a, b)
+    return first
+
+
+def _mixed(x, w, v):
+    """Everything that crosses a threaded loop: a 0-d value and a region computed before it
+    and read in it and after it; sums, maxima, minima, any and all over the rows into arrays
+    and into 0-d values; a product summing over the rows; tiles exported whole (``g``, read
+    reversed after the loop) and a region after the loop."""
+    c = qb.sum(w * w) / 100.0
+    k = qb.fori_loop(0, 3, lambda i, a: a * 0.5 + c, c)
+    h = qb.tanh(x @ w * k + v[None, :])
+    g = (h * x[::-1] * c) @ w.T
+    s = qb.sum(g * h, axis=1)
+    spread = qb.max(g, axis=0) - qb.min(h, axis=0)
+    big = qb.any(h > 0.5, axis=0)
+    after = (g[::-1] @ w)[:5]
+    later = qb.scan(lambda q, i: (q * 0.9 + qb.sum(s) * c, q), k, length=4)[1]
+    return (s, qb.where(big, spread, -spread), qb.all(h > -0.5, axis=0), h.T @ g, after,
+            later, qb.sum(s * s) * c, qb.max(g), qb.min(h * k))
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("rows", [256, 320])
+def test_threaded_loops_match_the_interpreter(split, n_threads, rows):
+    split(n_threads)
+    rng = np.random.default_rng(20)
+    x, w, v = rng.uniform(-1, 1, (rows, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
+    for fn in (_mixed, loops._rows):
+        graph, executable, values, expected = _threaded(fn, x, w, v)
+        _check(executable, values, expected)
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
+def test_threaded_mlp_pinn_gradient(split, n_threads, dtype):
+    split(n_threads)
+    rng = np.random.default_rng(21)
+    params = qb.tree.map(lambda a: qb.array(a, dtype=dtype), loops._mlp_params(16, rng))
+    x = qb.array(np.linspace(0.0, 1.0, 384), dtype=dtype)
+    graph, executable, values, expected = _threaded(
+        qb.value_and_grad(loops._mlp, has_aux=True), params, x)
+    tol = loops.TOL[dtype]
+    first, again = executable(*values), executable(*values)
+    for a, b, e in zip(first, again, expected):
+        np.testing.assert_allclose(a, e, **tol)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_results_are_the_same_bits_for_a_given_thread_count(split):
+    """Concurrent callers each get their own scratch; the blocks of tiles and the order the
+    partials are combined in are fixed by the thread count, so every call gives the same bits,
+    close to (not the bits of) the one-thread program's."""
+    rng = np.random.default_rng(22)
+    x, w, v = rng.uniform(-1, 1, (320, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
+    split(3)
+    _, executable, values, expected = _threaded(loops._rows, x, w, v)
+    reference = executable(*values)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: executable(*values), range(12)))
+    for run in runs:
+        for a, b in zip(run, reference):
+            np.testing.assert_array_equal(a, b)
+    split(1)
+    graph = qb.jit(loops._rows).lower(*(qb.array(a) for a in (x, w, v))).graph
+    assert module_source(graph)[3] is None  # one thread: an entry called once
+    for a, b in zip(compile_graph(graph, {})(*values), reference):
+        np.testing.assert_allclose(a, b, **TOL)
+
+
+@pytest.mark.parametrize("fn, make_args", loops._tiled_case_params())
+def test_primitives_batched_through_a_threaded_loop(split, fn, make_args):
+    split(3)
+    program, args = loops.batched_program(fn, make_args)
+    args = [qb.array(a) for a in args]
+    graph = qb.jit(program).lower(*args).graph
+    tiled = any(isinstance(st, TileBegin) for st in schedule(graph))
+    assert (module_source(graph)[3] is not None) == tiled  # every tile loop is threaded
+    values = [a.numpy() for a in args]
+    expected = evaluate(graph, values)
+    _check(compile_graph(graph, {}), values, expected)
+
+
+def test_a_threaded_entry_called_from_numba(split):
+    pytest.importorskip("numba")
+    split(2)
+    rng = np.random.default_rng(23)
+    x, w, v = rng.uniform(-1, 1, (256, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
+    f = lambda x, w, v: (qb.sum(qb.tanh(x @ w + v[None, :]) @ w, axis=0), qb.sum(x @ w))
+    compiled = qb.jit(f).lower(*(qb.ShapeDtype(a.shape) for a in (x, w, v))).compile()
+    assert compiled.executable.phases  # a threaded entry
+    rows, total = compiled.numba(x, w, v)
+    h = np.tanh(x @ w + v[None, :])
+    np.testing.assert_allclose(rows, (h @ w).sum(axis=0), **TOL)
+    np.testing.assert_allclose(total, (x @ w).sum(), **TOL)
+
+
+@pytest.mark.parametrize("extent, tile, n", [(256, 128, 3), (320, 80, 3), (1024, 128, 2),
+                                             (96, 16, 4), (64, 32, 1)])
+def test_blocks_cover_every_tile_once_in_order(extent, tile, n):
+    blocks = threads.blocks(extent, tile, n)
+    assert len(blocks) == n and blocks[0][0] == 0 and blocks[-1][1] == extent
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert all(lo <= hi and lo % tile == 0 for lo, hi in blocks)
+    sizes = [hi - lo for lo, hi in blocks]
+    assert max(sizes) - min(sizes) <= tile
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_a_bad_thread_count_is_refused(monkeypatch, value):
+    monkeypatch.setenv("QUABLA_NUM_THREADS", value)
+    with pytest.raises(ValueError, match="QUABLA_NUM_THREADS"):
+        threads.count()
+
+
+def test_blas_runs_on_one_thread_in_every_block():
+    """Products inside a threaded loop must not start BLAS threads of their own; BLAS's own
+    setting is back when the last threaded loop ends."""
+    if not threads._blas_controls():
+        pytest.skip("no OpenBLAS loaded")
+    get = threads._blas_controls()[0][0]
+    before = get()
+    seen = []
+    threads.run_blocks(lambda row: seen.append((row[-1], get())), ("base",), [(0,), (1,), (2,)])
+    assert sorted(seen) == [(0, 1), (1, 1), (2, 1)]
+    assert get() == before
