@@ -1,6 +1,8 @@
 """Shared helpers of the transform tests: finite differences, graphs of staged functions, and
 comparisons. Everything here is backend-agnostic: values come back through ``np.asarray``."""
 
+import math
+
 import numpy as np
 
 import quabla as qb
@@ -84,3 +86,18 @@ def mlp_net(p, t):
     h = qb.tanh(t * p["W1"][0] + p["b1"])
     h = qb.tanh(h @ p["W2"] + p["b2"])
     return (h @ p["W3"] + p["b3"])[0]
+
+
+def _readme_u(x, w):
+    return qb.sin(x * w)
+
+
+_readme_u_xx = qb.vmap(qb.grad(qb.grad(_readme_u)), in_axes=(0, None))
+
+
+def pinn_loss(w, x):
+    """The README PINN's loss: the residual of u'' = -pi^2 sin(pi x) for u = sin(w x)."""
+    return qb.mean((_readme_u_xx(x, w) + math.pi ** 2 * qb.sin(math.pi * x)) ** 2)
+
+
+PINN_X = qb.linspace(0.05, 0.95, 8)  # its collocation points

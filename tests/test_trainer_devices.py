@@ -32,18 +32,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def u(x, w):
-    return qb.sin(x * w)
-
-
-u_xx = qb.vmap(qb.grad(qb.grad(u)), in_axes=(0, None))
-
-
-def pinn_loss(w, x):
-    return qb.mean((u_xx(x, w) + math.pi ** 2 * qb.sin(math.pi * x)) ** 2)
-
-
-X = qb.linspace(0.05, 0.95, 8)
+from helpers import PINN_X as X, pinn_loss  # noqa: E402
 
 
 def mse(params, xs, ys):
