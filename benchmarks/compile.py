@@ -27,7 +27,8 @@ by wrapping those functions (and listening to Numba's ``numba:run_pass`` events)
 measuring process only; the library carries no timing code. The cases: the README PINN
 (``pinn_vmap``), the MLP PINN at widths 32 and 64 (``mlp_pinn_32``, ``mlp_pinn_64``: the same
 network with ``problems.MLP_WIDTH`` set in the child) and Lennard-Jones with 1024 particles
-(``lj``). JAX's column is its cold first call of the same problem, measured as run.py does.
+(``lj``), and value_and_grad of the 1000-step scan integrator (``scan_oscillator``). JAX's
+column is its cold first call of the same problem, measured as run.py does.
 Nothing asserts on time.
 """
 
@@ -48,6 +49,7 @@ CASES = {
     "mlp_pinn_32": ("mlp_pinn", {"MLP_WIDTH": 32}),
     "mlp_pinn_64": ("mlp_pinn", {"MLP_WIDTH": 64}),
     "lj": ("lj", {}),
+    "scan_oscillator": ("scan_oscillator", {}),
 }
 PHASES = ["import numba", "trace + transform", "rewrite", "schedule", "codegen",
           "numba front end", "numba typing", "numba lowering", "llvm optimisation",

@@ -69,7 +69,7 @@ def _mixed(x, w, v):
             later, qb.sum(s * s) * c, qb.max(g), qb.min(h * k))
 
 
-@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("n_threads", [2, 3, 300])  # 300: as many as there are tiles
 @pytest.mark.parametrize("rows", [256, 320])
 def test_threaded_loops_match_the_interpreter(split, n_threads, rows):
     split(n_threads)
@@ -173,3 +173,44 @@ def test_blas_runs_on_one_thread_in_every_block():
     threads.run_blocks(lambda row: seen.append((row[-1], get())), ("base",), [(0,), (1,), (2,)])
     assert sorted(seen) == [(0, 1), (1, 1), (2, 1)]
     assert get() == before
+
+
+_FORK_SCRIPT = """
+import multiprocessing, sys
+import numpy as np
+import test_threads as t
+from lowering.numba_cpu import threads
+threads.WORTH_ELEMENTS = 0
+rng = np.random.default_rng(24)
+args = rng.uniform(-1, 1, (256, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
+_, executable, values, expected = t._threaded(t.loops._rows, *args)
+executable(*values)  # the parent's pool exists now
+
+def child():
+    out = executable(*values)
+    sys.exit(0 if all(np.allclose(a, e, **t.TOL) for a, e in zip(out, expected)) else 1)
+
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(60)
+if process.is_alive():
+    process.kill()
+    sys.exit("the forked child hung in a threaded call")
+sys.exit(process.exitcode)
+"""
+
+
+def test_a_forked_child_runs_threaded_programs(tmp_path):
+    """The pool's threads do not survive fork: a child that inherited the pool makes its own.
+    (In a process of its own: this one may hold other libraries' threads.)"""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, QUABLA_NUM_THREADS="2", QUABLA_CACHE_DIR=str(tmp_path / "qb"),
+               NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+               PYTHONPATH=os.pathsep.join([here, os.path.dirname(here)]))
+    done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

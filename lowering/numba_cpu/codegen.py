@@ -12,8 +12,6 @@ import functools
 import math
 import re
 
-import numpy as np
-
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..buffers import PRIVATE, ScratchPlan, dtype_of
@@ -193,6 +191,7 @@ class _Emitter:
                     shared[key] = self.rhs_operand(node, f"tv{nid}b", expiry=end)
                 self.hoisted[nid] = shared[key]
                 self.tile = None
+        self.threads = min(self.threads, begin.extent // begin.tile)  # a tile each at least
         if self.threads > 1 and self.indent == 0 and _worth_threads(self.nodes, begin):
             self.threaded = begin
             self.split = (len(self.lines), None)
@@ -251,19 +250,23 @@ class _Emitter:
         for nid, node, var, (buffer, start), shape in accumulated:
             parts = [f"{var}_p{t}" for t in range(self.threads)]
             self.partials += [(p, buffer, start, shape, t) for t, p in enumerate(parts)]
-            scalar = var == f"a{nid}"
-            idx = ["0"] if scalar else [f"i{k}" for k in range(len(shape))]
-            total = functools.reduce(lambda a, b: self._COMBINE[node.op].format(a=a, b=b),
-                                     [f"{p}[{', '.join(idx)}]" for p in parts])
-            if scalar:
-                self.emit(f"v{nid} = {total}")
+            combine = self._COMBINE[node.op]
+            if var == f"a{nid}":  # a 0-d sum
+                self.emit(f"v{nid} = {parts[0]}[0]")
+                for p in parts[1:]:
+                    self.emit(f"v{nid} = {combine.format(a=f'v{nid}', b=f'{p}[0]')}")
                 continue
             if node.op in REDUCTIONS:
                 self.alloc(var, shape, node.dtype, result=nid)
             else:
                 self.alloc(var, shape, node.dtype, result=nid,
                            expiry=self.last_use.get(nid, self.now))
-            self.loops(shape, f"{var}[{', '.join(idx)}] = {total}")
+            for depth, n in enumerate(shape):
+                self.emit(f"for i{depth} in range({n}):", depth + 1)
+            at = f"[{', '.join(f'i{k}' for k in range(len(shape)))}]"
+            self.emit(f"{var}{at} = {parts[0]}{at}", len(shape) + 1)
+            for p in parts[1:]:
+                self.emit(f"{var}{at} = {combine.format(a=var + at, b=p + at)}", len(shape) + 1)
 
     def export(self, nid):
         """Copies the tile of ``nid`` into its full-size array, if statements after the loop
@@ -564,9 +567,8 @@ class _Emitter:
         (lc, rc), (lb, rb) = dimension_numbers
         lhs, rhs = (self.nodes[o] for o in node.operands)
         nid = node_id(out)
-        lshape, rshape = (self.local_shape(o) for o in node.operands)
+        lshape = self.local_shape(node.operands[0])
         lf = [d for d in range(len(lshape)) if d not in lc and d not in lb]
-        rf = [d for d in range(len(rshape)) if d not in rc and d not in rb]
         B, M, K, N = self.product_dims(node)
         blas, _ = self.blas_2d(node)
         t = f"t{out}"
@@ -1040,14 +1042,14 @@ def generate(graph, n_threads=1):
         if var in named and name in shared:  # an unused view costs Numba compile time
             prologue.append(f"{var} = {_argument(first + shared.index(name), _Named(name), shape, start)}")
     if phases is not None:
-        control = first + len(shared) + n_threads * len(_private(e))
+        control = first + len(shared) + e.threads * len(_private(e))
         prologue.append(f"ctl = carray(_arg(args, {control}, 0, np.int64), (4,))")
     lines = _while_loops(lines)
     _check_integers(prologue + lines)
     head = f"def {FUNCTION_NAME}(args):"
     body = [head] + ["    " + line for line in prologue] + lines
     buffers = [(name, e.plan.size[name]) for name in shared]
-    buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(n_threads if phases else 0)
+    buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in _private(e)]
     return "\n".join(body) + "\n", e.constants, buffers, phases
 

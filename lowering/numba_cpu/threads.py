@@ -120,6 +120,17 @@ def _executor():
         return _pool
 
 
+def _after_fork():
+    """A forked child has none of the pool's threads (a task given to the old pool would
+    wait forever) and may have forked while a lock was held."""
+    global _pool, _lock, _blas_users
+    _pool, _lock, _blas_users = None, threading.Lock(), 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def run_blocks(fn, base, controls):
     """``fn(base + c)`` for every control tuple ``c``, the first on this thread and the rest on
     the pool's threads (BLAS on one thread meanwhile), returning when all are done."""
