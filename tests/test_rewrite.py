@@ -307,3 +307,48 @@ def test_graph_inputs_and_order_survive_simplification():
     graph = simplify(raw)
     assert [aval for aval in graph.in_avals] == [aval for aval in raw.in_avals]
     assert graph.input_names == raw.input_names
+
+
+@pytest.mark.parametrize("name, f, folded", [
+    ("aT_b", lambda a, b: a.T @ b, True),                       # sums over a's rows
+    ("a_bT", lambda a, b: a @ b.T, True),
+    ("aT_bT", lambda a, b: a[:4].T @ b[:4].T, True),
+    ("batched", lambda a, b: qb.einsum("bij,bjk->bik", qb.transpose(qb.reshape(a, (2, 3, 4)),
+                                                                     (0, 2, 1)),
+                                       qb.reshape(b[:3], (2, 3, 2))), True),
+    # free axes swapped by the transpose: folding would transpose the result
+    ("free_axes_reordered", lambda a, b: qb.einsum("ijk,kl->ijl", qb.transpose(
+        qb.reshape(a, (2, 3, 4)), (1, 0, 2)), qb.reshape(b[:4, :2], (4, 2))), False),
+])
+def test_transposes_fold_into_products(name, f, folded):
+    """dot_general of a transposed operand reads the operand itself, with its contracting and
+    batch axes renumbered, when the transpose keeps the free axes in order."""
+    rng = np.random.default_rng(14)
+    a, b = qb.array(rng.normal(size=(6, 4))), qb.array(rng.normal(size=(6, 4)))
+    graph = _simplified(f, a, b)
+    products = [n for n in graph.nodes if n.op == "dot_general"]
+    assert products
+    read_transposed = any(graph.nodes[o].op == "transpose" for n in products for o in n.operands)
+    assert read_transposed != folded
+    expected = evaluate(traced_graph(f, a, b), [a.numpy(), b.numpy()])
+    for got, want in zip(evaluate(graph, [a.numpy(), b.numpy()]), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    compiled = qb.jit(f)(a, b)
+    np.testing.assert_allclose(np.asarray(compiled), expected[0], rtol=1e-12, atol=1e-12)
+
+
+def test_a_transposed_row_sum_is_accumulated_in_the_tile_loop():
+    """``h.T @ g`` over a batch axis: once the transpose folds, the product sums over the rows
+    and the batch runs tile by tile."""
+    from lowering.schedule import TileBegin, schedule
+
+    rng = np.random.default_rng(15)
+    x, w, v = (qb.array(rng.uniform(-1, 1, s)) for s in ((256, 32), (32, 32), (32,)))
+
+    def f(x, w, v):
+        h = qb.tanh(x @ w + v[None, :])
+        return h.T @ ((h * x[::-1]) @ w.T)
+
+    graph = staged_graph(qb.jit(f), x, w, v)
+    (begin,) = [st for st in schedule(graph) if isinstance(st, TileBegin)]
+    assert begin.accumulated

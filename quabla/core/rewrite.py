@@ -197,7 +197,35 @@ def _identity(s, op, operands, node):
     elif op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"):
         if not kw["axes"]:
             return operands[0]
+    elif op == "dot_general":
+        return _fold_transposes(s, operands, node, kw["dimension_numbers"])
     return None
+
+
+def _fold_transposes(s, operands, node, dimension_numbers):
+    """dot_general(transpose(a), b) -> dot_general(a, b) with the contracting and batch axes
+    renumbered, when the transpose keeps the free axes in order (so the result's axes are
+    the same): ``h.T @ g`` becomes a product summing over ``h``'s rows, which the back ends
+    read in place (and a tile loop accumulates) instead of a transposed copy."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    axes = [[lc, lb], [rc, rb]]
+    folded = list(operands)
+    for side in (0, 1):
+        inner = s.node(operands[side])
+        if inner.op != "transpose":
+            continue
+        perm = inner.kw["permutation"]
+        contract, batch = axes[side]
+        free = [perm[d] for d in range(len(perm)) if d not in contract and d not in batch]
+        if free != sorted(free):
+            continue
+        axes[side] = [tuple(perm[d] for d in contract), tuple(perm[d] for d in batch)]
+        folded[side] = inner.operands[0]
+    if folded == list(operands):
+        return None
+    numbers = ((axes[0][0], axes[1][0]), (axes[0][1], axes[1][1]))
+    params = tuple((k, numbers if k == "dimension_numbers" else v) for k, v in node.params)
+    return s.emit("dot_general", tuple(folded), params, node.shape, node.dtype, node.weak)
 
 
 def _hoist_broadcast(s, node, operands):
