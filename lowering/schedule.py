@@ -19,8 +19,8 @@ sub-graphs' own statements inside its loop or branch, so nothing fuses or tiles 
 
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "INDEX_MAPS", "REDUCTIONS",
-           "REGIONS"]
+__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "INDEX_MAPS",
+           "REDUCTIONS", "REGIONS"]
 
 INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
 # Elementwise ops cheap enough to compute again in a later loop instead of storing their result.
@@ -536,3 +536,38 @@ def _row_wise(graph, st, extent, begin, reads):
     if lhs in tiles and rhs in tiles:
         return 0 in lc and 0 in rc and lc.index(0) == rc.index(0)  # sums over the rows
     return False
+
+
+def last_uses(graph, statements):
+    """Node id -> index of the last statement of ``statements`` reading it (outputs live to the
+    end), for the buffer planners of both loop-nest back ends. Reading an
+    index map may gather from its source again (see ``_Emitter.read``), so that reads the
+    source too. What a tile loop reads from before it is read again by every tile: it lives
+    until the loop's end."""
+    last = {}
+    loop = None  # the values read in the tile loop being scanned
+
+    def mark(o, k):
+        last[o] = k
+        if loop is not None:
+            loop.add(o)
+        if graph.nodes[o].op in INDEX_MAPS:
+            for source in graph.nodes[o].operands:
+                mark(source, k)
+
+    for k, stmt in enumerate(statements):
+        if isinstance(stmt, TileBegin):
+            loop = set()
+            continue
+        if isinstance(stmt, TileEnd):
+            made = stmt.begin.values | stmt.begin.accumulated
+            for o in loop - made:
+                last[o] = max(last[o], k)
+            loop = None
+            continue
+        for nid in stmt.members if isinstance(stmt, Group) else (stmt.nid,):
+            for o in graph.nodes[nid].operands:
+                mark(o, k)
+    for o in graph.outputs:
+        last[o] = len(statements)
+    return last

@@ -16,7 +16,7 @@ from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..buffers import PRIVATE, ScratchPlan, dtype_of
 from ..templates import operand_names, scalar_expression
-from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, schedule
+from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, last_uses, schedule
 from . import threads
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
@@ -125,7 +125,7 @@ class _Emitter:
         for nid in graph.inputs:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
         statements = schedule(graph)
-        self.last_use = _last_uses(graph, statements)
+        self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
             if isinstance(stmt, Group):
@@ -947,40 +947,6 @@ def _check_integers(lines):
             if int(literal) >= 2**63:
                 raise ValueError(f"the integer {literal} in this program does not fit the int64 "
                                  "arithmetic of compiled code")
-
-
-def _last_uses(graph, statements):
-    """Node id -> index of the last statement reading it (outputs live to the end). Reading an
-    index map may gather from its source again (see ``_Emitter.read``), so that reads the
-    source too. What a tile loop reads from before it is read again by every tile: it lives
-    until the loop's end."""
-    last = {}
-    loop = None  # the values read in the tile loop being scanned
-
-    def mark(o, k):
-        last[o] = k
-        if loop is not None:
-            loop.add(o)
-        if graph.nodes[o].op in INDEX_MAPS:
-            for source in graph.nodes[o].operands:
-                mark(source, k)
-
-    for k, stmt in enumerate(statements):
-        if isinstance(stmt, TileBegin):
-            loop = set()
-            continue
-        if isinstance(stmt, TileEnd):
-            made = stmt.begin.values | stmt.begin.accumulated
-            for o in loop - made:
-                last[o] = max(last[o], k)
-            loop = None
-            continue
-        for nid in stmt.members if isinstance(stmt, Group) else (stmt.nid,):
-            for o in graph.nodes[nid].operands:
-                mark(o, k)
-    for o in graph.outputs:
-        last[o] = len(statements)
-    return last
 
 
 def _worth_threads(nodes, begin):

@@ -38,7 +38,7 @@ from quabla.errors import UnsupportedOperationError
 from .. import walk
 from ..buffers import ScratchPlan
 from ..templates import scalar_expression
-from ..schedule import INDEX_MAPS, REDUCTIONS, Group, Single, schedule
+from ..schedule import INDEX_MAPS, REDUCTIONS, Group, Single, last_uses, schedule
 
 __all__ = ["Launch", "generate", "check_supported", "SUPPORTED", "ENTRY", "RESIDENT"]
 
@@ -516,7 +516,7 @@ class _Emitter:
     def build(self):
         """Emits the statements and registers this program's host function with the module."""
         statements = _statements(self.graph)
-        self.last_use = _last_uses(self.graph, statements)
+        self.last_use = last_uses(self.graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
             if isinstance(stmt, Group):
@@ -699,26 +699,6 @@ def _result_avals(node):
 def _statements(graph):
     """The schedule without its tile loops (see the module docstring)."""
     return [s for s in schedule(graph) if isinstance(s, (Group, Single))]
-
-
-def _last_uses(graph, statements):
-    """Node id -> index of the last statement reading it; an unstored index map read again
-    reads its source; outputs live to the end."""
-    last = {}
-
-    def mark(o, k):
-        last[o] = k
-        if graph.nodes[o].op in INDEX_MAPS:
-            for source in graph.nodes[o].operands:
-                mark(source, k)
-
-    for k, stmt in enumerate(statements):
-        for nid in stmt.members if isinstance(stmt, Group) else (stmt.nid,):
-            for o in graph.nodes[nid].operands:
-                mark(o, k)
-    for o in graph.outputs:
-        last[o] = len(statements)
-    return last
 
 
 def generate(graph, launch):
