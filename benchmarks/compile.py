@@ -171,7 +171,7 @@ def _jax_child(case):
 
     for name, value in constants.items():
         setattr(problems, name, value)
-    return run._child("jax", problem, "cold")
+    return run.child_measurement("jax", problem, "cold")
 
 
 def measure(case, with_jax, timeout):
@@ -179,10 +179,10 @@ def measure(case, with_jax, timeout):
 
     out = {}
     with tempfile.TemporaryDirectory(prefix=f"qb-compile-{case}-") as cache_dir:
-        out["quabla"] = run._spawn("quabla", case, "cold", cache_dir, timeout, script=__file__)
+        out["quabla"] = run.spawn(__file__, ("quabla", case, "cold"), cache_dir, timeout)
     if with_jax:
         with tempfile.TemporaryDirectory(prefix=f"qb-compile-{case}-jax-") as cache_dir:
-            out["jax"] = run._spawn("jax", case, "cold", cache_dir, timeout, script=__file__)
+            out["jax"] = run.spawn(__file__, ("jax", case, "cold"), cache_dir, timeout)
     return out
 
 
@@ -217,12 +217,9 @@ def main(argv=None):
     if args.child:
         impl, case, _ = args.child
         sys.path.insert(0, HERE)
-        try:
-            result = _child(case) if impl == "quabla" else _jax_child(case)
-        except Exception as exc:  # reported as n/a by the parent
-            result = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-        print("@@RESULT " + json.dumps(result), flush=True)
-        return 0
+        import run
+
+        return run.report(_child if impl == "quabla" else _jax_child, (case,))
     sys.path.insert(0, HERE)
     import run
 
@@ -230,7 +227,7 @@ def main(argv=None):
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    with_jax = not args.no_jax and run._importable("jax")
+    with_jax = not args.no_jax and run.importable("jax")
     results = {}
     for case in cases:
         results[case] = measure(case, with_jax, args.timeout)

@@ -31,8 +31,9 @@ def problem(lanes):
     return rng.uniform(0.5, 2.0, lanes), rng.uniform(-100.0, 100.0, lanes)
 
 
-def quabla_solver():
-    import quabla as qb
+def newton(xp, while_loop, zero):
+    """The per-lane ``solve(a, b)`` written once against a library: ``xp`` its array namespace
+    (``abs``, ``logical_and``), ``while_loop`` its loop and ``zero`` the trip count's start."""
 
     def solve(a, b):
         def body(state):
@@ -42,12 +43,18 @@ def quabla_solver():
 
         def active(state):
             x, dx, k = state
-            return qb.logical_and(qb.abs(dx) > TOL * (1.0 + qb.abs(x)), k < MAXITER)
+            return xp.logical_and(xp.abs(dx) > TOL * (1.0 + xp.abs(x)), k < MAXITER)
 
-        x, _, k = qb.while_loop(active, body, (b / (1.0 + a), b, 0.0))
+        x, _, k = while_loop(active, body, (b / (1.0 + a), b, zero))
         return x, k
 
-    run = qb.jit(qb.vmap(solve))
+    return solve
+
+
+def quabla_solver():
+    import quabla as qb
+
+    run = qb.jit(qb.vmap(newton(qb, qb.while_loop, 0.0)))
     return lambda a, b: [o.numpy() for o in run(qb.asarray(a), qb.asarray(b))]
 
 
@@ -57,20 +64,7 @@ def jax_solver():
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
-    def solve(a, b):
-        def body(state):
-            x, _, k = state
-            dx = (x * x * x + a * x - b) / (3.0 * x * x + a)
-            return x - dx, dx, k + 1.0
-
-        def active(state):
-            x, dx, k = state
-            return (jnp.abs(dx) > TOL * (1.0 + jnp.abs(x))) & (k < MAXITER)
-
-        x, _, k = jax.lax.while_loop(active, body, (b / (1.0 + a), b, jnp.float64(0.0)))
-        return x, k
-
-    run = jax.jit(jax.vmap(solve))
+    run = jax.jit(jax.vmap(newton(jnp, jax.lax.while_loop, jnp.float64(0.0))))
     return lambda a, b: [jax.device_get(o) for o in jax.block_until_ready(run(a, b))]
 
 

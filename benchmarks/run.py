@@ -48,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
+RESULT = "@@RESULT "  # how a child's line of results starts (spawn, report)
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn", "train_pinn", "train_pinn_trainer",
             "train_mlp", "train_mlp_trainer", "lj", "scan_oscillator"]
@@ -68,8 +69,9 @@ DESCRIPTIONS = {
 
 # -- the child side: one measurement per process ---------------------------------------------------
 
-def _steady(case, budget=1.0, max_repeat=50):
-    """Minimum time per call over many repeats (timeit style), after a calibration."""
+def steady(case, budget=1.0, max_repeat=50):
+    """Minimum time per call over many repeats (timeit style), after a calibration (threads.py
+    times its steps with it too)."""
     import timeit
 
     fn, args, block = case.fn, case.args, case.block
@@ -129,7 +131,9 @@ def _child_roundtrip(impl):
     return out
 
 
-def _child(impl, problem, phase):
+def child_measurement(impl, problem, phase):
+    """One (implementation, problem, phase) measured in this child process (compile.py's JAX
+    column too)."""
     t0 = time.perf_counter()
     sys.path.insert(0, HERE)
     sys.path.insert(1, ROOT)
@@ -153,13 +157,16 @@ def _child(impl, problem, phase):
         "summary": case.summary(out),
     }
     if phase == "warm":
-        result["step"] = _steady(case)
+        result["step"] = steady(case)
     return result
 
 
 # -- the parent side: processes, table ------------------------------------------------------------
 
-def _spawn(impl, problem, phase, cache_dir, timeout, script=__file__):
+def spawn(script, child_args, cache_dir, timeout, **env_vars):
+    """``script --child *child_args`` in a process of its own, with its compile caches in
+    ``cache_dir`` and ``env_vars`` set: the result the child ``report``ed, or ``{"error": ...}``
+    (every benchmark script measures in its children this way)."""
     env = dict(os.environ)
     env["QUABLA_CACHE_DIR"] = os.path.join(cache_dir, "quabla")
     env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
@@ -167,19 +174,32 @@ def _spawn(impl, problem, phase, cache_dir, timeout, script=__file__):
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # start-up is measured as an installed library runs: with its bytecode cached
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cmd = [sys.executable, os.path.abspath(script), "--child", impl, problem, phase]
+    env.update(env_vars)
+    cmd = [sys.executable, os.path.abspath(script), "--child", *child_args]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("@@RESULT "):
-            return json.loads(line[len("@@RESULT "):])
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return {"error": " | ".join(tail) or f"exit status {proc.returncode}"}
 
 
-def _importable(module):
+def report(child, args):
+    """The child side of ``spawn``: ``child(*args)`` (or its error), printed as the line
+    ``spawn`` reads; returns the exit status."""
+    try:
+        result = child(*args)
+    except Exception as exc:  # reported as n/a by the parent
+        result = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+    print(RESULT + json.dumps(result), flush=True)
+    return 0
+
+
+def importable(module):
+    """Whether ``module`` imports in a fresh interpreter (the scripts' JAX columns ask)."""
     code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
     return subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -189,15 +209,18 @@ def measure(problem, impls, timeout):
     for impl in impls:
         with tempfile.TemporaryDirectory(prefix=f"qb-bench-{problem}-{impl}-") as cache_dir:
             if problem == "roundtrip":
-                results[impl] = {"warm": _spawn(impl, problem, "warm", cache_dir, timeout)}
+                results[impl] = {"warm": spawn(__file__, (impl, problem, "warm"), cache_dir,
+                                               timeout)}
                 continue
-            cold = _spawn(impl, problem, "cold", cache_dir, timeout)
-            warm = _spawn(impl, problem, "warm", cache_dir, timeout) if "error" not in cold else cold
+            cold = spawn(__file__, (impl, problem, "cold"), cache_dir, timeout)
+            warm = (spawn(__file__, (impl, problem, "warm"), cache_dir, timeout)
+                    if "error" not in cold else cold)
             results[impl] = {"cold": cold, "warm": warm}
     return results
 
 
-def _fmt_time(t):
+def fmt_time(t):
+    """Seconds as µs, ms or s (threads.py's table too)."""
     if t is None:
         return "n/a"
     if t < 1e-3:
@@ -244,7 +267,7 @@ def table(all_results, impls):
             vals = {i: _value(results, i, phase, key) for i in IMPL_NAMES}
             lines.append([
                 DESCRIPTIONS[problem] if k == 0 else "", label,
-                _fmt_time(vals["quabla"]), _fmt_time(vals["jax"]), _fmt_time(vals["numba"]),
+                fmt_time(vals["quabla"]), fmt_time(vals["jax"]), fmt_time(vals["numba"]),
                 _fmt_ratio(vals["quabla"], vals["jax"]), _fmt_ratio(vals["quabla"], vals["numba"]),
             ])
         for impl in impls:
@@ -309,12 +332,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     if args.child:
-        try:
-            result = _child(*args.child)
-        except Exception as exc:  # reported as n/a by the parent
-            result = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-        print("@@RESULT " + json.dumps(result), flush=True)
-        return 0
+        return report(child_measurement, args.child)
 
     problems = args.problems or PROBLEMS
     unknown = [p for p in problems if p not in PROBLEMS]
@@ -326,7 +344,7 @@ def main(argv=None):
             os.environ[name] = str(args.blas_threads)
     if args.device:
         os.environ["BENCH_DEVICE"] = args.device
-    if "jax" in impls and not _importable("jax"):
+    if "jax" in impls and not importable("jax"):
         print("jax is not installed: its column is n/a (pip install jax jaxlib to compare)")
         impls.remove("jax")
     settings = [f"{k}={os.environ[k]}" for k in ("QUABLA_BACKEND", "BENCH_DEVICE") + BLAS_THREAD_VARS

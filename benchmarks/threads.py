@@ -15,7 +15,6 @@ threads: XLA's CPU client uses every core). Nothing asserts on time.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -44,27 +43,15 @@ def _child(impl, case):
     import_library()
     built = build(problem)
     built.block(built.fn(*built.args))
-    return {"step": run._steady(built), "summary": built.summary(built.block(built.fn(*built.args)))}
+    return {"step": run.steady(built), "summary": built.summary(built.block(built.fn(*built.args)))}
 
 
 def _spawn(impl, case, cache_dir, n_threads, timeout):
     """One measurement in a process of its own (the cache directories shared per case)."""
-    env = dict(os.environ)
-    env.update(QUABLA_CACHE_DIR=os.path.join(cache_dir, "quabla"),
-               NUMBA_CACHE_DIR=os.path.join(cache_dir, "numba"),
-               BENCH_JAX_CACHE_DIR=os.path.join(cache_dir, "jax"),
-               PYTHONPATH=run.ROOT, **{name: "1" for name in run.BLAS_THREAD_VARS})
+    env = {name: "1" for name in run.BLAS_THREAD_VARS}
     if n_threads:
         env["QUABLA_NUM_THREADS"] = str(n_threads)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", impl, case]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("@@RESULT "):
-            return json.loads(line[len("@@RESULT "):])
-    return {"error": " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
+    return run.spawn(__file__, (impl, case), cache_dir, timeout, **env)
 
 
 def main(argv=None):
@@ -77,15 +64,10 @@ def main(argv=None):
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        try:
-            result = _child(*args.child)
-        except Exception as exc:  # reported by the parent
-            result = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-        print("@@RESULT " + json.dumps(result), flush=True)
-        return 0
+        return run.report(_child, args.child)
     cases = args.cases or list(CASES)
     counts = [int(n) for n in args.threads.split(",")]
-    jax = not args.no_jax and run._importable("jax")
+    jax = not args.no_jax and run.importable("jax")
     results = {}
     print(f"{os.cpu_count()} CPUs; BLAS pinned to 1 thread; steady-state step per call")
     header = [f"{n} thread{'s' * (n > 1)}" for n in counts] + [f"{n}/1" for n in counts[1:]]
@@ -100,10 +82,10 @@ def main(argv=None):
                 row["jax"] = _spawn("jax", case, cache_dir, None, args.timeout)
         results[case] = row
         steps = [row[n].get("step") for n in counts]
-        cells = [run._fmt_time(s) if s else "n/a" for s in steps]
+        cells = [run.fmt_time(s) if s else "n/a" for s in steps]
         cells += [f"{s / steps[0]:.2f}x" if s and steps[0] else "n/a" for s in steps[1:]]
         if jax:
-            cells.append(run._fmt_time(row["jax"]["step"]) if row["jax"].get("step") else "n/a")
+            cells.append(run.fmt_time(row["jax"]["step"]) if row["jax"].get("step") else "n/a")
         print(f"{case:<14}" + "".join(f"{c:>12}" for c in cells), flush=True)
         for key, value in row.items():
             if "error" in value:

@@ -44,9 +44,58 @@ def abi_tag():
     return f"array_data={ARRAY_DATA};tuple_items={TUPLE_ITEMS}"
 
 
-def entry_function(address):
-    """A ctypes callable for the entry at ``address``; it releases the GIL while it runs."""
-    return ctypes.CFUNCTYPE(None, ctypes.py_object)(address)
+def entry_function(address, hold_gil=False):
+    """A callable of the entry at ``address``: through ctypes, which releases the GIL while
+    the entry runs, or with ``hold_gil`` a built-in function that calls it directly (a quarter
+    of a microsecond less per call: for entries shorter than releasing and retaking the GIL)."""
+    if not hold_gil:
+        return ctypes.CFUNCTYPE(None, ctypes.py_object)(address)
+    return _new_builtin(ctypes.addressof(_direct_call()), address, None)
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_O = 0x0008
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.restype = ctypes.py_object
+_new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+_direct = []  # the method definition of every direct entry, and the engine holding its code
+
+# ``PyObject *quabla_direct(PyObject *address, PyObject *args)``: calls the entry whose
+# address is the built-in's ``self`` (an int) and returns None, with the GIL held.
+_DIRECT_IR = """
+@_Py_NoneStruct = external global i8
+declare i8* @PyLong_AsVoidPtr(i8*)
+declare void @Py_IncRef(i8*)
+define i8* @quabla_direct(i8* %address, i8* %args) {
+  %raw = call i8* @PyLong_AsVoidPtr(i8* %address)
+  %entry = bitcast i8* %raw to void (i8*)*
+  call void %entry(i8* %args)
+  call void @Py_IncRef(i8* @_Py_NoneStruct)
+  ret i8* @_Py_NoneStruct
+}
+"""
+
+
+def _direct_call():
+    """The method definition shared by every direct entry (its code compiled once)."""
+    with _lock:
+        if not _direct:
+            llvm = _binding()
+            llvm.add_symbol("_Py_NoneStruct", id(None))
+            for name in ("PyLong_AsVoidPtr", "Py_IncRef"):
+                llvm.add_symbol(name, _address(name))
+            target = llvm.Target.from_default_triple().create_target_machine()
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_DIRECT_IR), target)
+            engine.finalize_object()
+            method = _MethodDef(b"quabla_entry", engine.get_function_address("quabla_direct"),
+                                _METH_O, None)
+            _direct.extend([method, engine])
+        return _direct[0]
 
 
 class LoadError(Exception):

@@ -32,7 +32,7 @@ from .solvers import newton, odeint
 from .checkpoint import save, load
 from .aot import ShapeDtype, Compiler, Program, Executable
 
-_operators._ops = _ops_module
+_operators.ops = _ops_module
 
 
 def __getattr__(name):

@@ -8,9 +8,9 @@ name, outputs in order (spec 000 §3.5, "S5-S9 as implemented").
 """
 
 from . import dtypes, tree
-from .array import array_shape, asarray
+from .array import adopt, array_shape, asarray
 from .errors import TracerError, UnsupportedOperationError
-from .staging import _BadLeaf, _function_name, _signature, _wrap, trace_function
+from .staging import BadLeaf, classify_leaves, function_name, trace_function
 
 __all__ = ["ShapeDtype", "CallSignature", "Compiled", "Compiler", "Program", "Executable"]
 
@@ -60,8 +60,8 @@ class CallSignature:
         args = staged._staged_args(args, kwargs)
         leaves, treedef = tree.flatten(args)
         try:
-            parts, dynamic, traced = _signature(leaves, self.diff)
-        except _BadLeaf as bad:
+            parts, dynamic, traced = classify_leaves(leaves, self.diff)
+        except BadLeaf as bad:
             raise staged._argument_error(args, bad.index) from None
         if traced:
             raise TracerError(f"the compiled {staged.name} runs concrete arrays; inside a trace, "
@@ -94,7 +94,7 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         outs = self.run(*self.signature.arrays(args, kwargs))
-        return self.signature.assemble([_wrap(o) for o in outs])
+        return self.signature.assemble([adopt(o) for o in outs])
 
     @property
     def numba(self):
@@ -189,7 +189,7 @@ class Executable:
                 raise TypeError(f"input {name!r} must be {node.dtype}{list(node.shape)}, got "
                                 f"{value.dtype}{list(value.shape)}")
             arrays.append(value._value)
-        outs = [_wrap(o) for o in self.run(*arrays)]
+        outs = [adopt(o) for o in self.run(*arrays)]
         return outs[0] if self.program.single else outs
 
 
@@ -201,7 +201,7 @@ class Compiler:
         ``(name, shape)`` or ``(name, shape, dtype)`` (float64 by default)."""
         from .core.graph import Graph
         from .core.rewrite import simplify
-        from .staging import _Aval
+        from .staging import Aval
 
         names, template = [], []
         for spec in specs:
@@ -212,11 +212,11 @@ class Compiler:
                 raise ValueError(f"input name {spec[0]!r} is declared twice")
             abstract = ShapeDtype(*spec[1:])
             names.append(spec[0])
-            template.append(_Aval(abstract.shape, abstract.dtype))
+            template.append(Aval(abstract.shape, abstract.dtype))
         treedef = tree.flatten(tuple(range(len(template))))[1]
-        traced = trace_function(fun, treedef, template, _function_name(fun))
+        traced = trace_function(fun, treedef, template, function_name(fun))
         if traced.captures:
-            raise TracerError(f"{_function_name(fun)} closes over tracers of a trace in "
+            raise TracerError(f"{function_name(fun)} closes over tracers of a trace in "
                               "progress; a Program traces a function on its own")
         graph = simplify(traced.graph)
         graph = Graph(graph.nodes, graph.inputs, graph.outputs, names)

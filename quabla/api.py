@@ -10,10 +10,11 @@ import numbers
 import operator
 
 from . import tree
+from .array import asarray
 from .core.primitives import PRIMITIVES  # noqa: F401  (rules must be registered before use)
 from .core.rewrite import simplify
 from .staging import (
-    Staged, Static, Transform, _Aval, _Text, _function_name, check_compile_mode, check_max_traces,
+    Aval, Printed, Staged, Static, Transform, check_compile_mode, check_max_traces, function_name,
     signature_leaves, trace_function,
 )
 from .transforms import batch_graph, jvp_graph, vjp_graph
@@ -31,8 +32,9 @@ def _check_device(device):
     return device
 
 
-def _arg_ranges(treedef):
-    """Leaf index ranges of each positional argument of an argument tuple."""
+def arg_ranges(treedef):
+    """Leaf index ranges of each positional argument of an argument tuple (and the arguments'
+    trees): grad's and jacobian's (jacobians.py) layout of the differentiated leaves."""
     ranges, start = [], 0
     for child in treedef.children():
         ranges.append(range(start, start + child.num_leaves))
@@ -40,10 +42,10 @@ def _arg_ranges(treedef):
     return ranges, treedef.children()
 
 
-def _argnum_leaves(argnums, treedef):
+def argnum_leaves(argnums, treedef):
     """The leaves of the arguments ``argnums`` (negative ones count from the end); an argnum
-    naming no argument is a ValueError, found before anything is traced."""
-    ranges, _ = _arg_ranges(treedef)
+    naming no argument is a ValueError, found before anything is traced. jacobian uses it too."""
+    ranges, _ = arg_ranges(treedef)
     for a in argnums:
         if not -len(ranges) <= a < len(ranges):
             raise ValueError(
@@ -52,7 +54,8 @@ def _argnum_leaves(argnums, treedef):
     return frozenset(i for a in argnums for i in ranges[a])
 
 
-def _normalize_argnums(argnums):
+def normalize_argnums(argnums):
+    """``(argnums as a tuple, whether it was one int)``, for grad and jacobian (jacobians.py)."""
     if isinstance(argnums, numbers.Integral) and not isinstance(argnums, bool):
         return (int(argnums),), True
     if isinstance(argnums, tuple) and all(isinstance(a, numbers.Integral) for a in argnums):
@@ -83,7 +86,7 @@ class Jitted(Staged):
             check_compile_mode(compile_mode)
         self._params = _parameters(fun)
         static_argnums, static_argnames = _static_sets(
-            self._params, static_argnums, static_argnames, _function_name(fun))
+            self._params, static_argnums, static_argnames, function_name(fun))
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self._plain = not static_argnums and not static_argnames
@@ -91,7 +94,7 @@ class Jitted(Staged):
         config = ("jit", self._device_name, static_argnums, static_argnames, max_traces,
                   compile_mode, precision)
         super().__init__(inner, _Jit(), max_traces, self._device_name,
-                         name=f"jit({_function_name(fun)})", config=config, root=fun)
+                         name=f"jit({function_name(fun)})", config=config, root=fun)
         self.compile_mode = compile_mode
         self.lower_options = {"precision": precision, "name": self.name, "function": fun}
         self.__wrapped__ = fun
@@ -149,7 +152,7 @@ class Jitted(Staged):
         for i, s in sorted(zip(self.static_argnums, statics)):
             if s is not None:
                 args.insert(i, s)
-        args += [_Text(f"{name}={text!r}") for name, text in values[1].items()]
+        args += [Printed(f"{name}={text!r}") for name, text in values[1].items()]
         return repr(tuple(args))
 
     def lower(self, *args, **kwargs):
@@ -166,7 +169,7 @@ def _with_statics(fun, static_argnums):
             if s is not None:
                 args.insert(i, s.value)
         return fun(*args, **{k: v.value for k, v in static_kwargs.items()})
-    call.__name__ = _function_name(fun)
+    call.__name__ = function_name(fun)
     return call
 
 
@@ -268,7 +271,7 @@ def jit(fun=None, *, device=None, static_argnums=(), static_argnames=(), max_tra
 
 class _Grad(Transform):
     def __init__(self, argnums, has_aux, with_value, kind):
-        self.argnums, self.single = _normalize_argnums(argnums)
+        self.argnums, self.single = normalize_argnums(argnums)
         self.has_aux = has_aux
         self.with_value = with_value
         self.kind = kind
@@ -277,7 +280,7 @@ class _Grad(Transform):
         return f"{self.kind}({inner})"
 
     def differentiated(self, treedef):
-        return _argnum_leaves(self.argnums, treedef)
+        return argnum_leaves(self.argnums, treedef)
 
     def stage(self, traced, treedef, template):
         graph = traced.graph
@@ -301,11 +304,11 @@ class _Grad(Transform):
                 "(for example with quabla.sum), or use jacobian or vjp for non-scalar outputs"
             )
         # which graph inputs (dynamic leaves) belong to each differentiated argument
-        ranges, arg_trees = _arg_ranges(treedef)
+        ranges, arg_trees = arg_ranges(treedef)
         input_of_leaf = {}
         k = 0
         for i, leaf in enumerate(template):
-            if type(leaf) is _Aval:
+            if type(leaf) is Aval:
                 input_of_leaf[i] = k
                 k += 1
         wrt = []
@@ -314,7 +317,7 @@ class _Grad(Transform):
             slots = []
             for i in ranges[a]:
                 leaf = template[i]
-                if type(leaf) is not _Aval:
+                if type(leaf) is not Aval:
                     raise TypeError(
                         f"{self.kind}: argument {a} has a non-array leaf {leaf!r} that cannot be "
                         "differentiated"
@@ -346,17 +349,18 @@ def grad(fun=None, argnums=0, has_aux=False):
     """The gradient of a scalar function with respect to the arguments ``argnums``."""
     if fun is None:
         return lambda f: grad(f, argnums=argnums, has_aux=has_aux)
-    return _staged_grad(fun, argnums, has_aux, False, "grad")
+    return staged_grad(fun, argnums, has_aux, False, "grad")
 
 
 def value_and_grad(fun=None, argnums=0, has_aux=False):
     """``(value, gradient)`` of a scalar function, in one program."""
     if fun is None:
         return lambda f: value_and_grad(f, argnums=argnums, has_aux=has_aux)
-    return _staged_grad(fun, argnums, has_aux, True, "value_and_grad")
+    return staged_grad(fun, argnums, has_aux, True, "value_and_grad")
 
 
-def _staged_grad(fun, argnums, has_aux, with_value, kind):
+def staged_grad(fun, argnums, has_aux, with_value, kind):
+    """``grad``/``value_and_grad`` of ``fun`` as a Staged (``hessian`` stages one too)."""
     transform = _Grad(argnums, has_aux, with_value, kind)
     return Staged(fun, transform, config=(kind, transform.argnums, transform.single, bool(has_aux)))
 
@@ -372,7 +376,7 @@ class _OverPrimals(Transform):
     def trace(self, fun, treedef, template):
         primals_tree, _ = treedef.children()
         return trace_function(fun, primals_tree, template[:primals_tree.num_leaves],
-                              _function_name(fun))
+                              function_name(fun))
 
 
 class _Jvp(_OverPrimals):
@@ -385,7 +389,7 @@ class _Jvp(_OverPrimals):
         n = treedef.children()[0].num_leaves
         graph = traced.graph
         n_args, n_captures = traced.n_args, len(traced.captures)
-        mask = [template[k].dtype.is_floating for k in range(n) if type(template[k]) is _Aval]
+        mask = [template[k].dtype.is_floating for k in range(n) if type(template[k]) is Aval]
         g = jvp_graph(graph, mask + [False] * n_captures)
         # jvp_graph's inputs are (args, captures, tangents); staged ones (args, tangents, captures)
         n_tangents = sum(mask)
@@ -422,16 +426,16 @@ def _match_tangents(primals, tangents):
         raise ValueError(f"jvp: tangents {t_tree} do not match primals {p_tree}")
     out = []
     for p, t in zip(p_leaves, t_leaves):
-        p = ops._as_array(float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else p)
+        p = asarray(float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else p)
         if not p.dtype.is_floating:
             out.append(None)  # bool leaves have no tangent
             continue
         if t is None:
             raise ValueError("jvp: a floating primal needs a tangent (got None)")
         if isinstance(t, (int, float)) and not isinstance(t, bool):
-            t = ops.broadcast_to(ops._weak_scalar(t, p.dtype), p.shape)
+            t = ops.broadcast_to(ops.weak_scalar(t, p.dtype), p.shape)
         else:
-            t = ops._as_array(t)
+            t = asarray(t)
         if tuple(t.shape) != tuple(p.shape) or t.dtype is not p.dtype:
             raise ValueError(
                 f"jvp: tangent {t.dtype}{list(t.shape)} does not match primal {p.dtype}{list(p.shape)}"
@@ -479,7 +483,7 @@ class _VjpBackward(_OverPrimals):
             "input" if (k < main_leaves and graph.out_avals[k][1].is_floating) else None
             for k in range(n_out)
         ]
-        inputs = [k for k, leaf in enumerate(template[:n]) if type(leaf) is _Aval]
+        inputs = [k for k, leaf in enumerate(template[:n]) if type(leaf) is Aval]
         floating = [j for j, k in enumerate(inputs) if template[k].dtype.is_floating]
         g = vjp_graph(graph, floating, seeds)
         # vjp_graph's inputs are (args, captures, cotangents); staged ones (args, cotangents,
@@ -495,7 +499,7 @@ class _VjpBackward(_OverPrimals):
             row = []
             for i in range(start, start + t.num_leaves):
                 leaf = template[i]
-                if type(leaf) is _Aval and leaf.dtype.is_floating:
+                if type(leaf) is Aval and leaf.dtype.is_floating:
                     row.append(n_out + j)
                     j += 1
                 else:
@@ -539,9 +543,9 @@ def _match_cotangents(out, cotangent):
             if o.dtype.is_floating:
                 raise ValueError("vjp_fun: a floating output needs a cotangent (got None)")
         elif isinstance(c, (int, float)) and not isinstance(c, bool):
-            c = ops.broadcast_to(ops._weak_scalar(c, o.dtype), o.shape)
+            c = ops.broadcast_to(ops.weak_scalar(c, o.dtype), o.shape)
         else:
-            c = ops._as_array(c)
+            c = asarray(c)
         if c is not None and (tuple(c.shape) != tuple(o.shape) or c.dtype is not o.dtype):
             raise ValueError(
                 f"vjp_fun: cotangent {c.dtype}{list(c.shape)} does not match output "
@@ -563,7 +567,7 @@ class _Vmap(Transform):
 
     def trace(self, fun, treedef, template):
         example, _, _ = self._unmapped(treedef, template)
-        return trace_function(fun, treedef, example, _function_name(fun))
+        return trace_function(fun, treedef, example, function_name(fun))
 
     def _unmapped(self, treedef, template):
         """The template the function sees (mapped axes removed), each leaf's axis, the size."""
@@ -582,7 +586,7 @@ class _Vmap(Transform):
         for leaf, axis in zip(template, axes):
             if axis is not None and not isinstance(axis, numbers.Integral):
                 raise TypeError(f"vmap: in_axes entries must be ints or None, got {axis!r}")
-            if type(leaf) is not _Aval:
+            if type(leaf) is not Aval:
                 if axis is not None:
                     raise ValueError("vmap: Python scalars and static values must have in_axes None")
                 example.append(leaf)
@@ -602,7 +606,7 @@ class _Vmap(Transform):
                 raise ValueError(
                     f"vmap got inconsistent sizes for the mapped axes: {size} and {n}"
                 )
-            example.append(_Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype, leaf.weak))
+            example.append(Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype, leaf.weak))
             mapped.append(axis)
         if size is None:
             raise ValueError("vmap needs at least one mapped argument (in_axes are all None)")
@@ -631,7 +635,7 @@ class _Vmap(Transform):
         frame = TraceFrame()
         with trace_frame(frame):
             inputs = [frame.new_input(leaf.shape, leaf.dtype, f"arg{k}", leaf.weak)
-                      for k, leaf in enumerate(l for l in template if type(l) is _Aval)]
+                      for k, leaf in enumerate(l for l in template if type(l) is Aval)]
             captures = [frame.new_input(c.shape, c.dtype, f"__quabla_capture/{k}", c._weak)
                         for k, c in enumerate(traced.captures)]
             moved = [x if a in (None, 0) else ops.transpose(

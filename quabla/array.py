@@ -64,7 +64,7 @@ class Tensor(Operators):
     def _wrap(cls, value, weak=False):
         """Adopt ``value`` (a NumPy array of a Quabla dtype that nobody else writes)."""
         t = object.__new__(cls)
-        value.setflags(write=False)
+        value.setflags(False)
         t._value = value
         t._weak = weak
         return t
@@ -76,7 +76,7 @@ class Tensor(Operators):
 
     @property
     def dtype(self):
-        return _dt._BY_NUMPY[self._value.dtype]
+        return _dt.BY_NUMPY[self._value.dtype]
 
     @property
     def ndim(self):
@@ -156,6 +156,19 @@ class Tensor(Operators):
 
 
 Array.register(Tensor)
+
+
+def adopt(value):
+    """A Tensor of ``value``, a freshly computed result array that nobody else holds: the
+    output half of every hot path (``Tensor._wrap`` without its options)."""
+    t = _new_tensor(Tensor)
+    value.setflags(False)  # positional: a third of the cost of the keyword (or of flags.writeable)
+    t._value = value
+    t._weak = False
+    return t
+
+
+_new_tensor = object.__new__
 
 
 def _unpickle(value, weak):

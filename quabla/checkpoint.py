@@ -172,7 +172,7 @@ class _Encoder:
 
     def _array(self, t):
         value = np.asarray(t.numpy())
-        qdtype = _dt._BY_NUMPY[value.dtype.newbyteorder("=")]
+        qdtype = _dt.BY_NUMPY[value.dtype.newbyteorder("=")]
         le = np.asarray(value, dtype=value.dtype.newbyteorder("<"), order="C")  # keeps 0-d
         offset = -(-self.size // ALIGN) * ALIGN
         self.arrays.append((le, offset))

@@ -29,7 +29,8 @@ float32 = DType("float32", np.float32)
 float64 = DType("float64", np.float64)
 bool_ = DType("bool", np.bool_)
 
-_BY_NUMPY = {float32.numpy: float32, float64.numpy: float64, bool_.numpy: bool_}
+# The DType of each NumPy dtype Quabla holds: how arrays, graphs, checkpoints and staging read one.
+BY_NUMPY = {float32.numpy: float32, float64.numpy: float64, bool_.numpy: bool_}
 _BY_NAME = {"float32": float32, "float64": float64, "bool": bool_, "bool_": bool_}
 
 
@@ -46,7 +47,7 @@ def dtype(spec):
         np_dtype = np.dtype(spec)
     except TypeError:
         raise TypeError(f"unsupported dtype {spec!r}; Quabla has float32, float64 and bool_") from None
-    found = _BY_NUMPY.get(np_dtype.newbyteorder("="))
+    found = BY_NUMPY.get(np_dtype.newbyteorder("="))
     if found is None:
         raise TypeError(f"unsupported dtype {np_dtype}; Quabla has float32, float64 and bool_")
     return found

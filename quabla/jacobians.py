@@ -11,11 +11,11 @@ float32 too, so no derivative is narrowed before its block is assembled.
 import numpy as np
 
 from . import ops
-from .api import _arg_ranges, _argnum_leaves, _normalize_argnums, _staged_grad
+from .api import arg_ranges, argnum_leaves, normalize_argnums, staged_grad
 from .array import Tensor
 from .core.rewrite import simplify
 from .core.tracing import TraceFrame, trace_frame
-from .staging import Staged, Transform, _Aval
+from .staging import Aval, Staged, Transform
 from .transforms import batch_graph, inline, jvp_graph, vjp_graph
 
 __all__ = ["jacobian", "hessian"]
@@ -23,20 +23,20 @@ __all__ = ["jacobian", "hessian"]
 
 class _Jacobian(Transform):
     def __init__(self, argnums):
-        self.argnums, self.single = _normalize_argnums(argnums)
+        self.argnums, self.single = normalize_argnums(argnums)
 
     def name(self, inner):
         return f"jacobian({inner})"
 
     def differentiated(self, treedef):
-        return _argnum_leaves(self.argnums, treedef)
+        return argnum_leaves(self.argnums, treedef)
 
     def stage(self, traced, treedef, template):
         graph = traced.graph
-        ranges, arg_trees = _arg_ranges(treedef)
+        ranges, arg_trees = arg_ranges(treedef)
         input_of_leaf, k = {}, 0
         for i, leaf in enumerate(template):
-            if type(leaf) is _Aval:
+            if type(leaf) is Aval:
                 input_of_leaf[i] = k
                 k += 1
         layout = []  # per argnum, per leaf: its graph input, or None (no block)
@@ -44,7 +44,7 @@ class _Jacobian(Transform):
             row = []
             for i in ranges[a]:
                 leaf = template[i]
-                if type(leaf) is not _Aval:
+                if type(leaf) is not Aval:
                     raise TypeError(f"jacobian: argument {a} has a non-array leaf {leaf!r}")
                 row.append(input_of_leaf[i] if leaf.dtype.is_floating else None)
             layout.append(row)
@@ -135,4 +135,4 @@ def jacobian(fun, argnums=0):
 
 def hessian(fun, argnums=0):
     """Dense Hessian blocks ``[*in.shape, *in.shape]``: forward mode over reverse mode."""
-    return jacobian(_staged_grad(fun, argnums, False, False, "grad"), argnums)
+    return jacobian(staged_grad(fun, argnums, False, False, "grad"), argnums)

@@ -4,7 +4,7 @@ Both array types get them from this one mixin, so eager and traced code obey ide
 every method forwards to the module functions of ``quabla.ops``.
 """
 
-_ops = None  # quabla.ops, bound by quabla/__init__.py once every module is loaded
+ops = None  # quabla.ops, bound by quabla/__init__.py once every module is loaded
 
 
 class Operators:
@@ -12,122 +12,122 @@ class Operators:
     __array_priority__ = 100
 
     def __add__(self, other):
-        return _ops.add(self, other)
+        return ops.add(self, other)
 
     def __radd__(self, other):
-        return _ops.add(other, self)
+        return ops.add(other, self)
 
     def __sub__(self, other):
-        return _ops.subtract(self, other)
+        return ops.subtract(self, other)
 
     def __rsub__(self, other):
-        return _ops.subtract(other, self)
+        return ops.subtract(other, self)
 
     def __mul__(self, other):
-        return _ops.multiply(self, other)
+        return ops.multiply(self, other)
 
     def __rmul__(self, other):
-        return _ops.multiply(other, self)
+        return ops.multiply(other, self)
 
     def __truediv__(self, other):
-        return _ops.divide(self, other)
+        return ops.divide(self, other)
 
     def __rtruediv__(self, other):
-        return _ops.divide(other, self)
+        return ops.divide(other, self)
 
     def __pow__(self, other):
-        return _ops.power(self, other)
+        return ops.power(self, other)
 
     def __rpow__(self, other):
-        return _ops.power(other, self)
+        return ops.power(other, self)
 
     def __matmul__(self, other):
-        return _ops.matmul(self, other)
+        return ops.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return _ops.matmul(other, self)
+        return ops.matmul(other, self)
 
     def __neg__(self):
-        return _ops.negative(self)
+        return ops.negative(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _ops.abs(self)
+        return ops.abs(self)
 
     def __gt__(self, other):
-        return _ops.greater(self, other)
+        return ops.greater(self, other)
 
     def __ge__(self, other):
-        return _ops.greater_equal(self, other)
+        return ops.greater_equal(self, other)
 
     def __lt__(self, other):
-        return _ops.less(self, other)
+        return ops.less(self, other)
 
     def __le__(self, other):
-        return _ops.less_equal(self, other)
+        return ops.less_equal(self, other)
 
     def __and__(self, other):
-        return _ops.logical_and(self, other)
+        return ops.logical_and(self, other)
 
     def __rand__(self, other):
-        return _ops.logical_and(other, self)
+        return ops.logical_and(other, self)
 
     def __or__(self, other):
-        return _ops.logical_or(self, other)
+        return ops.logical_or(self, other)
 
     def __ror__(self, other):
-        return _ops.logical_or(other, self)
+        return ops.logical_or(other, self)
 
     def __invert__(self):
-        return _ops.logical_not(self)
+        return ops.logical_not(self)
 
     def __getitem__(self, index):
-        return _ops.getitem(self, index)
+        return ops.getitem(self, index)
 
     @property
     def T(self):
-        return _ops.transpose(self)
+        return ops.transpose(self)
 
     def astype(self, dtype):
-        return _ops.astype(self, dtype)
+        return ops.astype(self, dtype)
 
     def reshape(self, *shape):
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
-        return _ops.reshape(self, shape)
+        return ops.reshape(self, shape)
 
     def transpose(self, *axes):
         if len(axes) == 1 and not isinstance(axes[0], int):
             axes = axes[0]
-        return _ops.transpose(self, axes or None)
+        return ops.transpose(self, axes or None)
 
     def broadcast_to(self, shape):
-        return _ops.broadcast_to(self, shape)
+        return ops.broadcast_to(self, shape)
 
     def sum(self, axis=None, keepdims=False):
-        return _ops.sum(self, axis, keepdims)
+        return ops.sum(self, axis, keepdims)
 
     def mean(self, axis=None, keepdims=False):
-        return _ops.mean(self, axis, keepdims)
+        return ops.mean(self, axis, keepdims)
 
     def max(self, axis=None, keepdims=False):
-        return _ops.max(self, axis, keepdims)
+        return ops.max(self, axis, keepdims)
 
     def min(self, axis=None, keepdims=False):
-        return _ops.min(self, axis, keepdims)
+        return ops.min(self, axis, keepdims)
 
     def any(self, axis=None, keepdims=False):
-        return _ops.any(self, axis, keepdims)
+        return ops.any(self, axis, keepdims)
 
     def all(self, axis=None, keepdims=False):
-        return _ops.all(self, axis, keepdims)
+        return ops.all(self, axis, keepdims)
 
 
 def _unary_method(name):
     def method(self):
-        return getattr(_ops, name)(self)
+        return getattr(ops, name)(self)
 
     method.__name__ = name
     method.__doc__ = f"Same as ``quabla.{name}(self)``."

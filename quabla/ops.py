@@ -49,7 +49,9 @@ def _as_array(x):
     return asarray(x)
 
 
-def _weak_scalar(value, dtype):
+def weak_scalar(value, dtype):
+    """A weak 0-d Tensor of ``dtype``: a Python number as transforms, rules and control flow
+    make it."""
     return Tensor._wrap(np.array(value, dtype=dtype.numpy), weak=True)
 
 
@@ -95,7 +97,7 @@ def _promote(name, operands, kind="float"):
         if not isinstance(x, Array):
             if dtype is _dt.bool_ and not isinstance(x, bool):
                 raise TypeError(f"quabla.{name} cannot mix a number with bool_ operands")
-            x = _weak_scalar(x, dtype)
+            x = weak_scalar(x, dtype)
         elif x.dtype is not dtype:
             if not x._weak:
                 raise TypeError(f"quabla.{name} cannot mix {x.dtype} and {dtype} operands")
@@ -176,7 +178,7 @@ def power(x, y):
     """``x ** y``: a non-negative Python int exponent uses exact repeated multiplication."""
     if isinstance(y, numbers.Integral) and not isinstance(y, (bool, np.bool_)) and y >= 0:
         if isinstance(x, _PYTHON_SCALARS):
-            x = _weak_scalar(x, _dt.float64) if not isinstance(x, bool) else x
+            x = weak_scalar(x, _dt.float64) if not isinstance(x, bool) else x
         (x,) = _promote("power", (x,))
         if y >= 2**63:
             # Compiled code takes int64 exponents: x ** (low + 2**63 m) as x ** low times
@@ -514,7 +516,7 @@ def min(x, axis=None, keepdims=False):  # noqa: A001
 def _as_bool(x, name):
     x = _as_array(x) if not isinstance(x, bool) else x
     if isinstance(x, bool):
-        return _weak_scalar(x, _dt.bool_)
+        return weak_scalar(x, _dt.bool_)
     return x if x.dtype is _dt.bool_ else not_equal(x, 0.0)
 
 
@@ -723,12 +725,13 @@ def solve(a, b):
     a 1-d ``b`` [n] is one vector for every matrix (``x`` is [..., n]); any other ``b`` is a
     stack of matrices [..., n, k] whose leading axes broadcast with those of ``a``. For a stack
     of vectors, use ``solve(a, b[..., None])[..., 0]`` (or vmap a vector solve)."""
-    return bind("solve", *_solve_operands("solve", a, b))
+    return bind("solve", *solve_operands("solve", a, b))
 
 
-def _solve_operands(name, a, b):
+def solve_operands(name, a, b):
     """``solve``'s operands (and those of the other solves) promoted and broadcast to the
-    primitive's form: ``a`` [*batch, n, n] and ``b`` [*batch, n] or [*batch, n, k]."""
+    primitive's form: ``a`` [*batch, n, n] and ``b`` [*batch, n] or [*batch, n, k]
+    (``quabla.linalg.triangular_solve`` takes its operands so too)."""
     a, b = _promote(name, (a, b))
     _square_matrices(a, name)
     n = a.shape[-1]

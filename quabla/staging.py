@@ -19,7 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import tree
-from .array import Array, Tensor, asarray
+from .array import Array, Tensor, adopt, asarray
 from .core.tracing import TraceFrame, TraceTensor, current_frames, trace_frame
 from .errors import RetraceWarning, TracerError
 from .transforms import inline
@@ -36,9 +36,10 @@ if os.environ.get("QUABLA_LOG_COMPILES") and not logger.handlers:
 _PYTHON_SCALARS = (bool, int, float)
 
 
-class _Aval:
+class Aval:
     """A leaf of a signature: shape, dtype and weak flag of an array argument (a weak array,
-    such as ``add(2.0, 3.0)``, adopts the dtype of the strong arrays it meets, as eagerly)."""
+    such as ``add(2.0, 3.0)``, adopts the dtype of the strong arrays it meets, as eagerly).
+    The transforms (api, jacobians) tell array leaves of a template from static ones by it."""
 
     __slots__ = ("shape", "dtype", "weak")
 
@@ -52,7 +53,10 @@ class _Aval:
         return f"weak {text}" if self.weak else text
 
 
-class _Text:
+class Printed:
+    """A placeholder leaf that prints as ``text``: how signatures (and jit's keyword
+    arguments, in api) are shown to users."""
+
     __slots__ = ("text",)
 
     def __init__(self, text):
@@ -69,15 +73,15 @@ def signature_text(treedef, parts):
 
 def signature_leaves(parts):
     """One printable placeholder per signature part: an aval or a static value."""
-    from .dtypes import _BY_NUMPY
+    from .dtypes import BY_NUMPY
 
     leaves = []
     for part in parts:
         if part[0] == "static":
             value = part[2]
-            leaves.append(_Text(repr(float.fromhex(value)) if part[1] is float else repr(value)))
+            leaves.append(Printed(repr(float.fromhex(value)) if part[1] is float else repr(value)))
         else:
-            leaves.append(_Text(repr(_Aval(part[0], _BY_NUMPY[part[1]], part[2]))))
+            leaves.append(Printed(repr(Aval(part[0], BY_NUMPY[part[1]], part[2]))))
     return leaves
 
 
@@ -108,7 +112,7 @@ class Traced:
 
 
 def trace_function(fun, treedef, template, name="f"):
-    """Trace ``fun(*treedef.unflatten(leaves))`` where ``template`` holds an ``_Aval`` for each
+    """Trace ``fun(*treedef.unflatten(leaves))`` where ``template`` holds an ``Aval`` for each
     array leaf and the value of each static leaf. Graph inputs: the array leaves, then one
     input per captured outer tracer."""
     frame = TraceFrame()
@@ -116,7 +120,7 @@ def trace_function(fun, treedef, template, name="f"):
     with trace_frame(frame):
         leaves = []
         for leaf in template:
-            if type(leaf) is _Aval:
+            if type(leaf) is Aval:
                 leaves.append(
                     frame.new_input(leaf.shape, leaf.dtype, f"arg{n_args}", leaf.weak))
                 n_args += 1
@@ -128,10 +132,10 @@ def trace_function(fun, treedef, template, name="f"):
         outputs = []
         for leaf in out_leaves:
             if isinstance(leaf, _PYTHON_SCALARS):
-                from .ops import _weak_scalar
+                from .ops import weak_scalar
                 from . import dtypes
 
-                leaf = _weak_scalar(leaf, dtypes.bool_ if isinstance(leaf, bool) else dtypes.float64)
+                leaf = weak_scalar(leaf, dtypes.bool_ if isinstance(leaf, bool) else dtypes.float64)
             elif isinstance(leaf, np.ndarray):
                 leaf = asarray(leaf)
             elif not isinstance(leaf, Array):
@@ -162,7 +166,7 @@ class Transform:
         return frozenset()
 
     def trace(self, fun, treedef, template):
-        return trace_function(fun, treedef, template, _function_name(fun))
+        return trace_function(fun, treedef, template, function_name(fun))
 
     def stage(self, traced, treedef, template):
         raise NotImplementedError
@@ -242,7 +246,7 @@ class Staged:
         self.transform = transform
         self.max_traces = check_max_traces(max_traces)
         self.device = device
-        self.name = name or transform.name(_function_name(fun))
+        self.name = name or transform.name(function_name(fun))
         base = fun if root is None else root
         inner = base.chain if isinstance(base, Staged) else ()
         self.root = base.root if isinstance(base, Staged) else base
@@ -259,22 +263,22 @@ class Staged:
 
     # -- the hot path --------------------------------------------------------------------------
     def __call__(self, *args):
-        for a in args:
-            if type(a) is not Tensor or a._weak:
-                break
-        else:
-            entry = self._flat.get(tuple([(a._value.shape, a._value.dtype) for a in args]))
+        arrays = [a._value for a in args if type(a) is Tensor and not a._weak]
+        if len(arrays) == len(args):
+            entry = self._flat.get(tuple([(a.shape, a.dtype) for a in arrays]))
             if entry is not None:
-                _touch(self._cache, entry.key)
-                outs = entry.run(*[a._value for a in args])
-                return entry.assemble([_wrap(o) for o in outs])
+                try:
+                    self._cache.move_to_end(entry.key)
+                except KeyError:  # evicted meanwhile by another thread
+                    pass
+                return entry.assemble([adopt(o) for o in entry.run(*arrays)])
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
         if diff is None:
             diff = self._diff[treedef] = self.transform.differentiated(treedef)
         try:
-            parts, dynamic, traced = _signature(leaves, diff)
-        except _BadLeaf as bad:
+            parts, dynamic, traced = classify_leaves(leaves, diff)
+        except BadLeaf as bad:
             raise self._argument_error(args, bad.index) from None
         key = (treedef, parts)
         if not traced:
@@ -283,8 +287,15 @@ class Staged:
                 _touch(self._cache, key)
                 self._remember_flat(args, entry)
                 outs = entry.run(*[d._value for d in dynamic])
-                return entry.assemble([_wrap(o) for o in outs])
+                return entry.assemble([adopt(o) for o in outs])
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
+
+    def native_run(self, args):
+        """``run`` of the program compiled for ``args``, all Tensors (flat raw arrays in and
+        out), or None when there is none yet: for a caller that keeps its own signature-keyed
+        fast path (``Optimizer.update``) and checks the signature itself."""
+        entry = self._flat.get(tuple([(a._value.shape, a._value.dtype) for a in args]))
+        return None if entry is None else entry.run
 
     def _remember_flat(self, args, entry):
         """The fast path's table; weak Tensors are left to the full signature."""
@@ -316,10 +327,10 @@ class Staged:
 
     # -- staging -------------------------------------------------------------------------------
     def _template(self, parts, leaves):
-        from .dtypes import _BY_NUMPY
+        from .dtypes import BY_NUMPY
 
         return [
-            leaf if part[0] == "static" else _Aval(part[0], _BY_NUMPY[part[1]], part[2])
+            leaf if part[0] == "static" else Aval(part[0], BY_NUMPY[part[1]], part[2])
             for part, leaf in zip(parts, leaves)
         ]
 
@@ -330,6 +341,7 @@ class Staged:
         if traced is None:
             traced = self.transform.trace(self.fun, treedef, template)
         graph, assemble = self.transform.stage(traced, treedef, template)
+        assemble = regrouped(assemble, len(graph.outputs))
         if logger.isEnabledFor(logging.INFO):
             logger.info("traced %s for %s in %.1f ms (%d ops)", self.name,
                         self.describe(treedef, parts), 1e3 * (time.perf_counter() - start),
@@ -344,7 +356,7 @@ class Staged:
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
         self._remember_flat(args, entry)
         outs = entry.run(*[d._value for d in dynamic])
-        return entry.assemble([_wrap(o) for o in outs])
+        return entry.assemble([adopt(o) for o in outs])
 
     def _single_flight(self, key, treedef, parts, leaves):
         """``(entry, staged)`` for a missed signature, staged and compiled once however many
@@ -466,8 +478,8 @@ class Staged:
         leaves, treedef = tree.flatten(args)
         diff = self.transform.differentiated(treedef)
         try:
-            parts, _, _ = _signature(leaves, diff, abstract=True)
-        except _BadLeaf as bad:
+            parts, _, _ = classify_leaves(leaves, diff, abstract=True)
+        except BadLeaf as bad:
             raise self._argument_error(args, bad.index) from None
         graph, assemble, captures = self._stage(treedef, parts, leaves)
         if captures:
@@ -490,16 +502,29 @@ class Staged:
         return len(self._cache)
 
 
-def _wrap(value):
-    """Adopt a freshly computed result array as a Tensor (the output half of the hot path)."""
-    t = _new_tensor(Tensor)
-    value.setflags(write=False)  # half the cost of assigning flags.writeable
-    t._value = value
-    t._weak = False
-    return t
+class _Result:
+    """A stand-in for the program's result at ``index``: what ``regrouped`` assembles."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
 
 
-_new_tensor = object.__new__
+def regrouped(assemble, n):
+    """``assemble`` of ``n`` results as one generated expression (``TreeDef.builder``) when all
+    it does is place results in a tree (every transform's does), else ``assemble`` itself:
+    assembling is on the hot path of every call."""
+    try:
+        leaves, treedef = tree.flatten(assemble([_Result(i) for i in range(n)]))
+    except Exception:  # it computes with the results: keep it
+        return assemble
+    if not all(type(leaf) is _Result for leaf in leaves):
+        return assemble
+    build, order = treedef.builder(), [leaf.index for leaf in leaves]
+    if order == list(range(n)):
+        return build
+    return lambda outs: build([outs[i] for i in order])
 
 
 def _touch(cache, key):
@@ -560,21 +585,23 @@ def check_max_traces(value):
     return int(value)
 
 
-class _BadLeaf(Exception):
-    """Raised by ``_signature`` for a leaf that is not an argument; ``Staged`` names it."""
+class BadLeaf(Exception):
+    """Raised by ``classify_leaves`` for a leaf that is not an argument; ``Staged`` and aot's
+    ``CallSignature`` name it."""
 
     def __init__(self, index):
         super().__init__(index)
         self.index = index
 
 
-def _signature(leaves, diff, abstract=False):
-    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them).
+def classify_leaves(leaves, diff, abstract=False):
+    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them); aot's
+    ``CallSignature`` checks the arguments of a compiled call with it too.
 
     Arrays (and anything with ``__array__`` or the buffer protocol, converted) are dynamic,
     keyed by shape, dtype and weak flag; Python scalars are static weak constants outside
     the differentiated leaves ``diff``; ``Static`` values are keyed by value; any other leaf
-    is an error (``_BadLeaf``), never silently static.
+    is an error (``BadLeaf``), never silently static.
     """
     parts = []
     dynamic = []
@@ -606,7 +633,7 @@ def _signature(leaves, diff, abstract=False):
             if abstract and t is ShapeDtype:  # lower's abstract leaves: an aval, no data
                 parts.append(leaf.part)
                 continue
-            raise _BadLeaf(i)
+            raise BadLeaf(i)
         leaf = asarray(leaf)
         parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
         dynamic.append(leaf)
@@ -624,7 +651,8 @@ def _array_like(leaf):
     return True
 
 
-def _function_name(fun):
+def function_name(fun):
+    """The name of ``fun`` in staged names, logs and errors (api's and aot's wrappers too)."""
     if isinstance(fun, Staged):
         return fun.name
     name = getattr(fun, "__name__", None)

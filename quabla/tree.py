@@ -6,6 +6,7 @@ on every call of a compiled function) costs one lookup per node.
 """
 
 import dataclasses
+from operator import itemgetter
 
 __all__ = [
     "TreeDef", "flatten", "unflatten", "leaves", "structure", "map", "flatten_with_path",
@@ -182,7 +183,8 @@ def _check_hashable(values, cls, names):
 _DICT, _LIST, _TUPLE = _DictKind(dict), _ListKind(list), _TupleKind(tuple)
 
 # type -> kind, or _LEAF for a type already seen to be a leaf.
-_KINDS = {dict: _DICT, list: _LIST, tuple: _TUPLE, type(None): _NoneKind(type(None))}
+_NONE = _NoneKind(type(None))
+_KINDS = {dict: _DICT, list: _LIST, tuple: _TUPLE, type(None): _NONE}
 _BUILTIN = frozenset(_KINDS)
 
 
@@ -219,7 +221,7 @@ def _kind_of(x, is_leaf):
 class TreeDef:
     """The structure of a pytree: immutable, compared and hashed by structure."""
 
-    __slots__ = ("_node", "_num_leaves", "_hash")
+    __slots__ = ("_node", "_num_leaves", "_hash", "_build", "_match")
 
     # Immutable by convention, like Fraction: private slots behind read-only properties (an
     # enforcing __setattr__ would slow down the construction done on every flatten).
@@ -227,6 +229,8 @@ class TreeDef:
         self._node = node
         self._num_leaves = num_leaves
         self._hash = None
+        self._build = None  # None: never unflattened; False: once; then the generated builder
+        self._match = None
 
     @property
     def num_leaves(self):
@@ -251,7 +255,40 @@ class TreeDef:
             raise ValueError(f"{self} has {self._num_leaves} leaves, got {len(leaves)}")
         if self._node is _LEAF:  # the common single-array result, on the hot path
             return leaves[0]
-        return _unflatten(self._node, iter(leaves))
+        build = self._build
+        if build:
+            return build(leaves)
+        if build is None:  # a TreeDef unflattened once (most are) is not worth generating for
+            self._build = False
+            return _unflatten(self._node, iter(leaves))
+        return self.builder()(leaves)
+
+    def builder(self):
+        """``build(leaves)``: ``unflatten`` without its checks, generated as one expression,
+        for a hot path that has checked the number of leaves itself."""
+        build = self._build
+        if not build:
+            if self._node is _LEAF:
+                build = itemgetter(0)
+            else:
+                build = _generated_builder(self._node) or _recursive_builder(self._node)
+            self._build = build
+        return build
+
+    def matcher(self):
+        """``match(x)``: the leaves of ``x`` (a list) when ``x`` has exactly this structure and
+        its leaves are of types flatten has already seen as leaves, else None. A hot path
+        (an optimizer update) calls it instead of flattening and comparing TreeDefs."""
+        match = self._match
+        if match is None:
+            match = self._match = _generated_matcher(self._node) or self._flattening_matcher()
+        return match
+
+    def _flattening_matcher(self):
+        def match(x):
+            out, treedef = flatten(x)
+            return out if treedef == self else None
+        return match
 
     def __eq__(self, other):
         if self is other:
@@ -299,6 +336,90 @@ def _unflatten(node, it):
         return next(it)
     kind, aux, children = node
     return kind.unflatten(aux, [_unflatten(c, it) for c in children])
+
+
+# -- generated code for hot paths: straight-line builders and matchers of one structure -------
+# Trees deeper than this keep the recursive path (Python's parser limits nesting).
+_GENERATED_DEPTH = 40
+
+
+def _depth(node):
+    return 0 if node is _LEAF else 1 + max((_depth(c) for c in node[2]), default=0)
+
+
+def _recursive_builder(node):
+    return lambda leaves: _unflatten(node, iter(leaves))
+
+
+def _generated_builder(node):
+    """A function of the leaves list building ``node``'s tree in one expression, or None for a
+    tree too deep to generate."""
+    if _depth(node) > _GENERATED_DEPTH:
+        return None
+    namespace, position = {}, iter(range(_count_leaves(node)))
+
+    def constant(value):
+        name = f"c{len(namespace)}"
+        namespace[name] = value
+        return name
+
+    def expression(node):
+        if node is _LEAF:
+            return f"v[{next(position)}]"
+        kind, aux, children = node
+        parts = [expression(c) for c in children]
+        if kind is _DICT:
+            return "{" + ", ".join(f"{constant(k)}: {p}" for k, p in zip(aux, parts)) + "}"
+        if kind is _LIST:
+            return "[" + ", ".join(parts) + "]"
+        if kind is _TUPLE:
+            return "(" + "".join(p + ", " for p in parts) + ")"
+        if kind is _NONE:
+            return "None"
+        return f"{constant(kind)}.unflatten({constant(aux)}, [{', '.join(parts)}])"
+
+    body = expression(node)
+    exec(f"def build(v):\n    return {body}\n", namespace)
+    return namespace["build"]
+
+
+def _generated_matcher(node):
+    """The statements of ``TreeDef.matcher`` for a tree of built-in containers, or None (a
+    registered, named-tuple or dataclass node, or a tree too deep)."""
+    if _depth(node) > _GENERATED_DEPTH:
+        return None
+    lines, leaves = ["def match(x):"], []
+    namespace = {"kinds": _KINDS, "leaf": _LEAF, "missing": _Leaf()}
+
+    def visit(node, var):
+        if node is _LEAF:
+            lines.append(f"    if kinds.get(type({var})) is not leaf: return None")
+            leaves.append(var)
+            return True
+        kind, aux, children = node
+        names = [f"{var}_{i}" for i in range(len(children))]
+        if kind is _DICT:  # a missing key reads as ``missing``, which no check accepts
+            lines.append(f"    if type({var}) is not dict or len({var}) != {len(aux)}: return None")
+            for i, (key, name) in enumerate(zip(aux, names)):
+                namespace[f"{name}_key"] = key
+                lines.append(f"    {name} = {var}.get({name}_key, missing)")
+        elif kind is _LIST or kind is _TUPLE:
+            container = "list" if kind is _LIST else "tuple"
+            lines.append(f"    if type({var}) is not {container} or len({var}) != {len(names)}: "
+                         "return None")
+            if names:
+                lines.append(f"    {''.join(n + ', ' for n in names)}= {var}")
+        elif kind is _NONE:
+            lines.append(f"    if {var} is not None: return None")
+        else:
+            return False
+        return all([visit(c, name) for c, name in zip(children, names)])
+
+    if not visit(node, "x"):
+        return None
+    lines.append(f"    return [{', '.join(leaves)}]")
+    exec("\n".join(lines) + "\n", namespace)
+    return namespace["match"]
 
 
 def _paths(node, prefix, out):

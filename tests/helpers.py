@@ -23,6 +23,18 @@ def assert_close(actual, expected, rtol=1e-12, atol=1e-12, err_msg=""):
     np.testing.assert_allclose(np64(actual), np64(expected), rtol=rtol, atol=atol, err_msg=err_msg)
 
 
+def assert_results_match(actual, expected, rtol, atol):
+    """A back end's results against the interpreter's: the same number, dtypes and shapes;
+    bool results equal, the others within tolerance."""
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        if e.dtype == np.bool_:
+            np.testing.assert_array_equal(a, e)
+        else:
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+
+
 def fd_jacobian(f, args, eps=1e-6, side=0):
     """The central-difference Jacobian of ``f(*args)`` (float64 NumPy arrays in, one array out),
     shaped ``[out.size, total input size]``; ``f`` is evaluated eagerly in float64. ``side``
@@ -74,10 +86,10 @@ def op_counts(graph):
 
 def traced_graph(f, *args):
     """The graph of ``f`` traced (not transformed) for the shapes and dtypes of ``args``."""
-    from quabla.staging import _Aval, trace_function
+    from quabla.staging import Aval, trace_function
 
     leaves, treedef = tree.flatten(tuple(args))
-    template = [_Aval(np.shape(leaf), qb.asarray(leaf).dtype) for leaf in leaves]
+    template = [Aval(np.shape(leaf), qb.asarray(leaf).dtype) for leaf in leaves]
     return trace_function(f, treedef, template).graph
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from helpers import mlp_net
+from helpers import assert_results_match, mlp_net
 from lowering.interpret import evaluate
 from lowering.numba_cpu import compile_graph, load_cached
 from test_rules import CASES, NONDIFF_CASES
@@ -54,13 +54,7 @@ def test_numba_matches_interpreter(fn, make_args, dtype, differentiate):
 
 
 def _assert_matches(actual, expected, dtype):
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        assert a.dtype == e.dtype and a.shape == e.shape
-        if a.dtype == np.bool_:
-            np.testing.assert_array_equal(a, e)
-        else:
-            np.testing.assert_allclose(a, e, **TOL[dtype])
+    assert_results_match(actual, expected, **TOL[dtype])
 
 
 def test_large_products_match_the_interpreter():

@@ -11,7 +11,6 @@
 No timing here: what is checked is that the optimised code computes what the interpreter does.
 """
 
-import math
 
 import numpy as np
 import pytest
@@ -124,13 +123,15 @@ def _tiles(graph):
     return [s for s in schedule(graph) if isinstance(s, TileBegin)]
 
 
-def _mlp(p, x):
+def mlp(p, x):
+    """An MLP PINN loss with a row-wise aux (test_threads runs it threaded too)."""
     u_xx = qb.vmap(qb.grad(qb.grad(lambda t: mlp_net(p, t))))
     r = u_xx(x) + qb.sin(3.0 * x)
     return qb.mean(r ** 2), r  # r: a row-wise value the loop must hand out whole
 
 
-def _mlp_params(width, rng):
+def mlp_params(width, rng):
+    """Random parameters of ``mlp`` (float64 ndarrays), for this file and test_threads."""
     return {"W1": rng.normal(size=(1, width)), "b1": rng.normal(size=width),
             "W2": rng.normal(size=(width, width)) / 4, "b2": rng.normal(size=width),
             "W3": rng.normal(size=(width, 1)) / 4, "b3": rng.normal(size=1)}
@@ -139,15 +140,15 @@ def _mlp_params(width, rng):
 @pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
 def test_tiled_mlp_pinn_matches_the_interpreter(dtype):
     rng = np.random.default_rng(4)
-    params, x = _mlp_params(16, rng), np.linspace(0.0, 1.0, 384)
-    fn = qb.value_and_grad(_mlp, has_aux=True)
+    params, x = mlp_params(16, rng), np.linspace(0.0, 1.0, 384)
+    fn = qb.value_and_grad(mlp, has_aux=True)
     graph = _check(fn, params, x, dtype=dtype)
     (begin,) = _tiles(graph)
     assert begin.extent == 384 and 384 % begin.tile == 0 and begin.tile < 384
     assert begin.accumulated and begin.exports
 
 
-def _rows(x, w, v):
+def tiled_rows(x, w, v):
     """Row-wise work with everything the loop handles: products by matrices computed before it
     (one of them transposed), products summing over the rows, reductions over the rows and
     within rows, index maps of inputs read at the global row (a reversal and a broadcast),
@@ -166,7 +167,7 @@ def _rows(x, w, v):
 def test_tiled_row_programs_match_the_interpreter(n):
     rng = np.random.default_rng(5)
     x, w, v = rng.uniform(-1, 1, (n, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
-    graph = _check(_rows, x, w, v)
+    graph = _check(tiled_rows, x, w, v)
     (begin,) = _tiles(graph)
     assert begin.extent == n and n % begin.tile == 0
 
@@ -251,12 +252,12 @@ def test_generated_code_has_no_reshape_of_scratch():
     import re
 
     rng = np.random.default_rng(12)
-    params, x = _mlp_params(8, rng), np.linspace(0.0, 1.0, 256)
+    params, x = mlp_params(8, rng), np.linspace(0.0, 1.0, 256)
     args = (qb.tree.map(qb.array, params), qb.array(x))
-    graph = qb.jit(qb.value_and_grad(_mlp, has_aux=True)).lower(*args).graph
+    graph = qb.jit(qb.value_and_grad(mlp, has_aux=True)).lower(*args).graph
     body, constants, _, _ = generate(graph)
     first_buffer = len(graph.inputs) + len(graph.outputs) + len(constants)
-    scratch = {name for name, k in re.findall(r"^    (\w+) = carray\(_arg\(args, (\d+),", body, re.M)
+    scratch = {name for name, k in re.findall(r"^    (\w+) = _arg\(args, (\d+),", body, re.M)
                if int(k) >= first_buffer}
     assert scratch
     assert ".reshape(" not in body
@@ -282,7 +283,8 @@ TILED_CASES = ["abs", "broadcast_in_dim", "cast", "concatenate", "integer_pow", 
                "reduce_max", "reduce_sum", "reshape", "rev", "select", "slice", "transpose"]
 
 
-def _tiled_case_params():
+def tiled_case_params():
+    """The rule cases of TILED_CASES as pytest params (test_threads runs them threaded too)."""
     from test_rules import CASES
 
     return [pytest.param(case.fn, case.args, id=f"{name}-{k}")
@@ -310,7 +312,7 @@ def batched_program(fn, make_args):
     return program, (w, *args)
 
 
-@pytest.mark.parametrize("fn, make_args", _tiled_case_params())
+@pytest.mark.parametrize("fn, make_args", tiled_case_params())
 def test_primitives_batched_through_a_tile_loop(fn, make_args):
     """Each case batched by ``batched_program``: the loop nests of the batch run tile by tile
     (most of them)."""

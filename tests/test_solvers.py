@@ -251,16 +251,14 @@ def test_odeint_adjoint_gradients():
     np.testing.assert_allclose(np.asarray(tangent), -T * np.sin(w * T), atol=1e-6)
 
 
-def test_odeint_vmap_equals_a_loop(monkeypatch):
+def test_odeint_vmap_equals_a_loop():
     ws = np.array([0.5, 1.0, 2.0])
     loop = np.stack([np.asarray(qb.odeint(_oscillator, Y0, T, w)) for w in ws])
     for mapped in (qb.vmap(lambda w: qb.odeint(_oscillator, Y0, T, w)),
                    qb.jit(qb.vmap(lambda w: qb.odeint(_oscillator, Y0, T, w)))):
         np.testing.assert_allclose(np.asarray(mapped(ws)), loop, atol=1e-10)
-    # The batched adjoint is one ~1,800-line entry, which Numba takes many minutes to compile
-    # (its liveness analysis grows faster than linearly with a function's size); until region
-    # bodies are compiled as functions of their own, this one runs on the interpreter.
-    monkeypatch.setenv("QUABLA_BACKEND", "interpret")
+    # The batched adjoint is one long entry: ~10 s of Numba compile (many minutes before the
+    # code generator indexed raw pointers), the longest of the suite.
     grads = qb.vmap(qb.grad(lambda w: qb.sum(qb.odeint(_oscillator, Y0, T, w)[:, 0] ** 2)))(ws)
     expected = [fd(lambda v: np.sum(_oscillator_exact(Y0, T, float(v)) ** 2), w) for w in ws]
     np.testing.assert_allclose(np.asarray(grads), expected, atol=1e-5)

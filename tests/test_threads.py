@@ -75,7 +75,7 @@ def test_threaded_loops_match_the_interpreter(split, n_threads, rows):
     split(n_threads)
     rng = np.random.default_rng(20)
     x, w, v = rng.uniform(-1, 1, (rows, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
-    for fn in (_mixed, loops._rows):
+    for fn in (_mixed, loops.tiled_rows):
         graph, executable, values, expected = _threaded(fn, x, w, v)
         _check(executable, values, expected)
 
@@ -85,10 +85,10 @@ def test_threaded_loops_match_the_interpreter(split, n_threads, rows):
 def test_threaded_mlp_pinn_gradient(split, n_threads, dtype):
     split(n_threads)
     rng = np.random.default_rng(21)
-    params = qb.tree.map(lambda a: qb.array(a, dtype=dtype), loops._mlp_params(16, rng))
+    params = qb.tree.map(lambda a: qb.array(a, dtype=dtype), loops.mlp_params(16, rng))
     x = qb.array(np.linspace(0.0, 1.0, 384), dtype=dtype)
     graph, executable, values, expected = _threaded(
-        qb.value_and_grad(loops._mlp, has_aux=True), params, x)
+        qb.value_and_grad(loops.mlp, has_aux=True), params, x)
     tol = loops.TOL[dtype]
     first, again = executable(*values), executable(*values)
     for a, b, e in zip(first, again, expected):
@@ -103,7 +103,7 @@ def test_results_are_the_same_bits_for_a_given_thread_count(split):
     rng = np.random.default_rng(22)
     x, w, v = rng.uniform(-1, 1, (320, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
     split(3)
-    _, executable, values, expected = _threaded(loops._rows, x, w, v)
+    _, executable, values, expected = _threaded(loops.tiled_rows, x, w, v)
     reference = executable(*values)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         runs = list(pool.map(lambda _: executable(*values), range(12)))
@@ -111,13 +111,13 @@ def test_results_are_the_same_bits_for_a_given_thread_count(split):
         for a, b in zip(run, reference):
             np.testing.assert_array_equal(a, b)
     split(1)
-    graph = qb.jit(loops._rows).lower(*(qb.array(a) for a in (x, w, v))).graph
+    graph = qb.jit(loops.tiled_rows).lower(*(qb.array(a) for a in (x, w, v))).graph
     assert module_source(graph)[3] is None  # one thread: an entry called once
     for a, b in zip(compile_graph(graph, {})(*values), reference):
         np.testing.assert_allclose(a, b, **TOL)
 
 
-@pytest.mark.parametrize("fn, make_args", loops._tiled_case_params())
+@pytest.mark.parametrize("fn, make_args", loops.tiled_case_params())
 def test_primitives_batched_through_a_threaded_loop(split, fn, make_args):
     split(3)
     program, args = loops.batched_program(fn, make_args)
@@ -183,7 +183,7 @@ from lowering.numba_cpu import threads
 threads.WORTH_ELEMENTS = 0
 rng = np.random.default_rng(24)
 args = rng.uniform(-1, 1, (256, 32)), rng.uniform(-1, 1, (32, 32)) / 4, rng.uniform(-1, 1, 32)
-_, executable, values, expected = t._threaded(t.loops._rows, *args)
+_, executable, values, expected = t._threaded(t.loops.tiled_rows, *args)
 executable(*values)  # the parent's pool exists now
 
 def child():

@@ -7,10 +7,14 @@ copy of the machine code, freed with the last executable that uses it.
 """
 
 import contextlib
+import gc
+import math
 import sys
 import types
 
 import numpy as np
+
+from quabla.core.graph import Graph
 
 from .. import cache, native
 from . import threads
@@ -81,7 +85,7 @@ def _compile(key, source, path):
     module is not kept in ``sys.modules``."""
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
-    with _deep_recursion():
+    with _deep_recursion(), _no_collection():
         exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
     entry = getattr(module, FUNCTION_NAME)
     library = entry._library
@@ -106,6 +110,21 @@ def _deep_recursion(limit=COMPILE_RECURSION_LIMIT):
         sys.setrecursionlimit(old)
 
 
+@contextlib.contextmanager
+def _no_collection():
+    """Python's cyclic garbage collector paused: Numba's first compile in a process imports and
+    builds millions of long-lived objects, and each full collection while it runs walks them
+    all (30-60 ms, several per large entry: a tenth of a cold first call). The compile's
+    garbage is collected as usual afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class NativeExecutable:
     """The entry behind a small generated wrapper (the dispatch hot path): it allocates the
     results, appends the constants and a set of scratch buffers to the argument tuple, and makes
@@ -121,7 +140,7 @@ class NativeExecutable:
         self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
         # each call's control row, an array (the entry reads it as the last argument)
         self.phases = [[np.array(row, np.int64) for row in rows] for rows in phases or ()]
-        fn = native.entry_function(address)
+        fn = native.entry_function(address, hold_gil=not self.phases and quick(graph))
         nodes = graph.nodes
         n_in = len(graph.inputs)
         params = ", ".join(f"a{k}" for k in range(n_in))
@@ -170,6 +189,24 @@ class NativeExecutable:
                 raise ValueError(f"expected shape {tuple(node.shape)}, got {a.shape}")
             arrays.append(a)
         return self.run(*arrays)
+
+
+# An entry that touches at most this many elements in all (operands and results of every
+# node) runs in a few microseconds: it is called with the GIL held, as releasing and retaking
+# it would cost about as much as the call. Loops and threaded entries always release it.
+QUICK_ELEMENTS = 1 << 14
+
+
+def quick(graph):
+    """Whether ``graph``'s entry is short enough to hold the GIL (``QUICK_ELEMENTS``)."""
+    nodes, work = graph.nodes, 0
+    for node in nodes:
+        if any(isinstance(value, Graph) for _, value in node.params):
+            return False
+        work += math.prod(node.shape) + sum(math.prod(nodes[o].shape) for o in node.operands)
+        if work > QUICK_ELEMENTS:
+            return False
+    return True
 
 
 def _scratch_sets(constants, buffers):

@@ -1,11 +1,14 @@
 """Generates the source of one flat Numba C entry per graph.
 
 The entry takes one tuple of arrays (see lowering/native.py): the inputs, the result arrays the
-caller allocated, the non-scalar constants and one scratch buffer per dtype, in that order, and
-views them with ``carray``. Fused groups become loop nests, 0-d values become scalar locals,
-whole-array operations become loops or runtime kernels. Nothing is allocated: every array is a
-result, a scratch slot (lowering/buffers.py) or a view of one, so the machine code needs no
-Numba runtime and loads without Numba.
+caller allocated, the non-scalar constants and one scratch buffer per dtype, in that order.
+Every array is a typed pointer to its first element, indexed with its row-major offset
+(shapes are static; ``_Emitter.at``): Numba types and lowers that as a load or store, where an
+array object would cost its getitem templates, an array struct and wraparound code per index.
+Only the runtime's array kernels get ``carray`` views. Fused groups become loop nests, 0-d
+values become scalar locals, whole-array operations become loops or runtime kernels. Nothing
+is allocated: every array is a result, a scratch slot (lowering/buffers.py) or a view of one,
+so the machine code needs no Numba runtime and loads without Numba.
 """
 
 import functools
@@ -146,8 +149,7 @@ class _Emitter:
             if node.shape == ():
                 self.emit(f"{self.targets[k]} = _cast_{node.dtype.name}({var})")
             elif self.result_of.get(var) != k:
-                idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
-                self.loops(node.shape, f"{self.targets[k]}[{idx}] = {var}[{idx}]")
+                self.copy(self.targets[k], var, node.shape)
 
     # -- tiles: inside the tile loop, values computed there are tiles of ``tile`` rows; arrays
     #    from before it hold every row, read at row ``r + i0`` --------------------------------
@@ -261,12 +263,10 @@ class _Emitter:
             else:
                 self.alloc(var, shape, node.dtype, result=nid,
                            expiry=self.last_use.get(nid, self.now))
-            for depth, n in enumerate(shape):
-                self.emit(f"for i{depth} in range({n}):", depth + 1)
-            at = f"[{', '.join(f'i{k}' for k in range(len(shape)))}]"
-            self.emit(f"{var}{at} = {parts[0]}{at}", len(shape) + 1)
+            self.emit(f"for i0 in range({math.prod(shape)}):")
+            self.emit(f"{var}[i0] = {parts[0]}[i0]", 2)
             for p in parts[1:]:
-                self.emit(f"{var}{at} = {combine.format(a=var + at, b=p + at)}", len(shape) + 1)
+                self.emit(f"{var}[i0] = {combine.format(a=var + '[i0]', b=p + '[i0]')}", 2)
 
     def export(self, nid):
         """Copies the tile of ``nid`` into its full-size array, if statements after the loop
@@ -275,8 +275,8 @@ class _Emitter:
             return
         shape = self.local_shape(nid)
         idx = [f"i{k}" for k in range(len(shape))]
-        full = self.global_rows(idx)
-        self.loops(shape, f"f{nid}[{', '.join(full)}] = v{nid}[{', '.join(idx)}]")
+        self.loops(shape, f"{self.at(f'f{nid}', self.global_rows(idx))} = "
+                          f"{self.at(f'v{nid}', idx)}")
 
     def alloc(self, var, shape, dtype, fill=None, result=None, expiry=None):
         """``var`` = an array of ``shape``: the result array of output node ``result``, else a
@@ -291,9 +291,7 @@ class _Emitter:
             result = None
         k = self.results.get(result)
         if k is not None and self.nodes[result].shape != ():
-            same = shape == tuple(self.nodes[result].shape)
-            target = self.targets[k]
-            self.emit(f"{var} = {target}" if same else f"{var} = {_view(target, shape)}")
+            self.emit(f"{var} = {self.targets[k]}")  # a pointer: any shape
             self.result_of[var] = k
         else:
             size = math.prod(shape)  # exact: too big to allocate fails at the call
@@ -307,13 +305,20 @@ class _Emitter:
             self.views[(buffer, start, shape)] = var
         self.shapes[var] = shape
         if fill is not None:  # a loop: ndarray.fill costs a Numba compile per array type
-            idx = ", ".join(f"i{k}" for k in range(len(shape))) or "0"
-            self.loops(shape, f"{self.reshaped(var, shape or (1,))}[{idx}] = {fill}")
+            self.loops((math.prod(shape),), f"{var}[i0] = {fill}")
+
+    def at(self, var, idx):
+        """The element of array ``var`` at index ``idx`` (expressions, one per axis)."""
+        return f"{var}[{_flat_index(self.shapes[var], idx)}]"
+
+    def copy(self, target, source, shape):
+        """``target`` = ``source``, both C-contiguous arrays of ``shape``: one flat loop."""
+        self.loops((math.prod(shape),), f"{target}[i0] = {source}[i0]")
 
     def reshaped(self, name, shape, var=None):
         """``name`` seen with ``shape`` (C order), as ``var`` if given: ``name`` itself when
         it has that shape already, another view of its scratch slot when it lives in one (made
-        in the prologue with the others, once per slot and shape), else a view of its data."""
+        in the prologue with the others, once per slot and shape), else the same pointer."""
         shape = tuple(shape)
         if self.shapes.get(name) == shape and var is None:
             return name
@@ -330,11 +335,9 @@ class _Emitter:
             self.slot_of[var] = slot
             self.root[var] = self.root.get(name, name)
         elif var is None:
-            return _view(name, shape)
-        elif self.shapes.get(name) == shape:
-            self.emit(f"{var} = {name}")
+            return name
         else:
-            self.emit(f"{var} = {_view(name, shape)}")
+            self.emit(f"{var} = {name}")
         self.shapes[var] = shape
         return var
 
@@ -356,7 +359,7 @@ class _Emitter:
             return self.gather(node, group, idx)  # an index map of another group: gather again
         if node.shape == ():
             return f"v{nid}"
-        return f"v{nid}[{', '.join(self.rows(nid, idx))}]"
+        return self.at(f"v{nid}", self.rows(nid, idx))
 
     def gather(self, node, group, idx):
         """Index maps read their (materialised) source at a remapped index."""
@@ -382,7 +385,7 @@ class _Emitter:
                 f"{s} + {st} * {i}" if st != 1 else (f"{s} + {i}" if s else i)
                 for i, s, st in zip(idx, params["start_indices"], params["strides"])
             ]
-        return f"v{source}[{', '.join(sidx)}]"
+        return self.at(f"v{source}", sidx)
 
     # -- statements --------------------------------------------------------------------------
     def group(self, group):
@@ -419,9 +422,9 @@ class _Emitter:
                 continue
             self.emit(f"s{m} = {expr}", depth)
             if m in group.materialized:
-                self.emit(f"v{m}[{', '.join(idx)}] = s{m}", depth)
+                self.emit(f"{self.at(f'v{m}', idx)} = s{m}", depth)
             if self.tile is not None and m in self.tile.exports:
-                self.emit(f"f{m}[{', '.join(self.global_rows(idx))}] = s{m}", depth)
+                self.emit(f"{self.at(f'f{m}', self.global_rows(idx))} = s{m}", depth)
         for m in group.members:
             if self.nodes[m].op in REDUCTIONS:
                 self.export(m)
@@ -468,8 +471,7 @@ class _Emitter:
         axes = dict(node.params)["axes"]
         value = self.read(node.operands[0], group, idx)
         target = f"v{nid}" if node.shape == () else (
-            f"v{nid}[{', '.join(i for k, i in enumerate(idx) if k not in axes)}]"
-        )
+            self.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
         combine = {
             "reduce_sum": f"{target} + {value}",
             "reduce_max": f"_max({target}, {value})",
@@ -512,7 +514,7 @@ class _Emitter:
         if src.shape == ():
             self.alloc(out, new_shape, node.dtype, fill=args[0], result=node_id(out))
         elif new_shape == ():
-            self.emit(f"{out} = {args[0]}[{', '.join('0' * len(src.shape))}]")
+            self.emit(f"{out} = {args[0]}[0]")
         else:
             self.reshaped(args[0], new_shape, out)
             self.view(out, args[0], node_id(out))
@@ -524,7 +526,7 @@ class _Emitter:
         self.alloc(out, node.shape, node.dtype, fill="0", result=node_id(out))
         idx = [f"i{k}" for k in range(len(src.shape))]
         target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
-        self.loops(src.shape, f"{out}[{', '.join(target)}] = {args[0]}[{', '.join(idx)}]")
+        self.loops(src.shape, f"{self.at(out, target)} = {self.at(args[0], idx)}")
 
     def loops(self, shape, statement):
         for depth, n in enumerate(shape):
@@ -539,7 +541,7 @@ class _Emitter:
             idx = [f"i{k}" for k in range(len(shape))]
             target = list(idx)
             target[axis] = f"{offset} + i{axis}" if offset else f"i{axis}"
-            self.loops(shape, f"{out}[{', '.join(target)}] = {name}[{', '.join(idx)}]")
+            self.loops(shape, f"{self.at(out, target)} = {self.at(name, idx)}")
             offset += shape[axis]
 
     def product_dims(self, node):
@@ -553,7 +555,7 @@ class _Emitter:
 
     def product_result(self, node, out, t):
         if node.shape == ():
-            self.emit(f"{out} = {t}[0, 0, 0]")
+            self.emit(f"{out} = {t}[0]")
         else:
             self.reshaped(t, self.local_shape(node_id(out)), out)
             self.view(out, t, node_id(out))
@@ -579,12 +581,12 @@ class _Emitter:
             expiry = min(expiry, self.loop_end)
         result = nid if self.tile is None else None
         if blas and B == 1:
-            # one 2-d product: a transposed operand is passed as a transposed view (BLAS reads
+            # one 2-d product: a transposed operand is passed with its flag (BLAS reads
             # it in place), not copied into a permuted scratch array first
-            a = self.operand_2d(f"{t}a", args[0], lshape, lf, lc, M, K, lhs.dtype)
-            b = self.hoisted.get(nid) or self.rhs_operand(node, f"{t}b")
+            a, ta = self.operand_2d(f"{t}a", args[0], lshape, lf, lc, M, K, lhs.dtype)
+            b, tb = self.hoisted.get(nid) or self.rhs_operand(node, f"{t}b")
             self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
-            self.emit(f"_gemm({a}, {b}, {self.reshaped(target, (M, N))})")
+            self.emit(f"_gemm({a}, {b}, {target}, {M}, {K}, {N}, {int(ta)}, {int(tb)})")
         else:
             a = self.arrange(f"{t}a", args[0], lshape, lhs.dtype,
                              tuple(lb) + tuple(lf) + tuple(lc), (B, M, K))
@@ -592,13 +594,16 @@ class _Emitter:
             self.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
             if blas:
                 self.emit(f"for b in range({B}):")
-                self.emit(f"_gemm({a}[b], {b}[b], {target}[b])", 2)
+                self.emit(f"_gemm(_offset({a}, b * {M * K}), _offset({b}, b * {K * N}), "
+                          f"_offset({target}, b * {M * N}), {M}, {K}, {N}, 0, 0)", 2)
             elif B * M * K * N <= SMALL_LOOP:
                 self.small_product(a, b, target, (B, M, K, N), node.dtype)
             else:
-                self.emit(f"_matmul({a}, {b}, {target})")
+                views = [f"carray({v}, {shape})" for v, shape in
+                         zip((a, b, target), ((B, M, K), (B, K, N), (B, M, N)))]
+                self.emit(f"_matmul({', '.join(views)})")
         if accumulate:
-            self.loops((B, M, N), f"{t}[i0, i1, i2] += {target}[i0, i1, i2]")
+            self.loops((B * M * N,), f"{t}[i0] += {target}[i0]")
         else:
             self.product_result(node, out, t)
 
@@ -613,8 +618,9 @@ class _Emitter:
         self.emit(f"for i2 in range({N}):", 3)
         self.emit(f"{acc} = {_literal(0.0, dtype)}", 4)
         self.emit(f"for k in range({K}):", 4)
-        self.emit(f"{acc} = {acc} + {a}[i0, i1, k] * {b}[i0, k, i2]", 5)
-        self.emit(f"{out}[i0, i1, i2] = {acc}", 4)
+        self.emit(f"{acc} = {acc} + {self.at(a, ['i0', 'i1', 'k'])} * "
+                  f"{self.at(b, ['i0', 'k', 'i2'])}", 5)
+        self.emit(f"{self.at(out, ['i0', 'i1', 'i2'])} = {acc}", 4)
 
     def blas_2d(self, node):
         """Does this product go to BLAS as a single 2-d product?"""
@@ -626,9 +632,10 @@ class _Emitter:
 
     def rhs_operand(self, node, target, expiry=None):
         """The right operand of a product as the kernel takes it: (contraction, cols) for a
-        2-d BLAS product, else (batch, contraction, cols). For a small BLAS product (OpenBLAS's
+        2-d BLAS product (with its transposition flag, see ``operand_2d``), else (batch,
+        contraction, cols). For a small BLAS product (OpenBLAS's
         small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or more it is copied when it
-        would be a transposed view: those kernels multiply by a transposed right operand ~1.5x
+        would be read transposed: those kernels multiply by a transposed right operand ~1.5x
         slower (8 x 128x32 @ 32x32: 57 us instead of 38 us); the copy is smaller than the
         left operand."""
         (lc, rc), (lb, rb) = dict(node.params)["dimension_numbers"]
@@ -647,20 +654,18 @@ class _Emitter:
 
     def operand_2d(self, target, name, shape, first, second, rows, cols, dtype=None,
                    copy_transposed=False, expiry=None):
-        """An expression for the operand (of ``shape``) with axes ``first`` as rows and
-        ``second`` as columns, as a 2-d array that _gemm takes without a copy: a reshape when
-        those axes are already in memory order, the transpose of one when they are in the
-        opposite order (an F-order view, which BLAS reads as transposed), else a copy into a
-        C-contiguous scratch array."""
+        """``(pointer, transposed)``: the operand (of ``shape``) with axes ``first`` as rows and
+        ``second`` as columns as _gemm takes it without a copy: its own memory when those axes
+        are already in memory order, the same read as transposed when they are in the opposite
+        order, else a copy into a C-contiguous scratch array."""
         order = lambda dims: [d for d in dims if shape[d] != 1]
         increasing = lambda dims: all(a < b for a, b in zip(dims, dims[1:]))
         if increasing(order(first) + order(second)):
-            return self.reshaped(name, (rows, cols))
+            return name, False
         if increasing(order(second) + order(first)) and not copy_transposed:
-            return self.reshaped(name, (cols, rows)) + ".T"
-        name = self.arrange(target, name, shape, dtype, tuple(first) + tuple(second),
-                            (1, rows, cols), expiry=expiry)
-        return self.reshaped(name, (rows, cols))
+            return name, True
+        return self.arrange(target, name, shape, dtype, tuple(first) + tuple(second),
+                            (1, rows, cols), expiry=expiry), False
 
     def arrange(self, target, name, shape, dtype, perm, shape3, expiry=None):
         """The operand (of ``shape``) with axes in ``perm`` order, as a C-contiguous 3-d array
@@ -672,8 +677,8 @@ class _Emitter:
             source = [None] * len(perm)
             for k, p in enumerate(perm):
                 source[p] = f"i{k}"
-            idx = ", ".join(f"i{k}" for k in range(len(perm)))
-            self.loops(permuted, f"{target}[{idx}] = {name}[{', '.join(source)}]")
+            idx = [f"i{k}" for k in range(len(perm))]
+            self.loops(permuted, f"{self.at(target, idx)} = {self.at(name, source)}")
             name = target
         return self.reshaped(name, shape3, f"{target}3")
 
@@ -684,7 +689,7 @@ class _Emitter:
         idx = [f"i{k}" for k in range(len(shape))]
         for depth, extent in enumerate(shape[:b]):
             self.emit(f"for i{depth} in range({extent}):", depth + 1)
-        at = f"{index}[{', '.join(idx[:b])}]" if b else index
+        at = self.at(index, idx[:b]) if b else index
         self.emit(f"j{nid} = _clamp_index({at}, {n})", b + 1)
         for depth, extent in enumerate(shape[b:], b):
             self.emit(f"for i{depth} in range({extent}):", depth + 1)
@@ -696,14 +701,17 @@ class _Emitter:
         x, i = (self.nodes[o] for o in node.operands)
         b, nid = len(i.shape), node_id(out)
         if b == 0:
-            self.emit(f"{out} = {args[0]}[_clamp_index({args[1]}, {x.shape[0]})]")
+            row = f"_clamp_index({args[1]}, {x.shape[0]})"
+            size = math.prod(node.shape)
+            self.emit(f"{out} = {args[0]}[{row}]" if node.shape == () else
+                      f"{out} = _offset({args[0]}, {row} * {size})")
             if node.shape != ():
                 self.shapes[out] = tuple(node.shape)
                 self.view(out, args[0], nid)
             return
         self.alloc(out, node.shape, node.dtype, result=nid)
         self.per_row(nid, node.shape, b, args[1], x.shape[b], lambda bi, j, rest:
-                     f"{out}[{', '.join(bi + rest)}] = {args[0]}[{', '.join(bi + [j] + rest)}]")
+                     f"{self.at(out, bi + rest)} = {self.at(args[0], bi + [j] + rest)}")
 
     def op_dynamic_update_add(self, node, out, args):
         """``x`` with ``v`` added to the selected rows: in place when ``out`` is the buffer
@@ -723,11 +731,10 @@ class _Emitter:
             self.view(out, args[0], nid)
         else:
             self.alloc(out, node.shape, node.dtype, result=nid)
-            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
-            self.loops(node.shape, f"{out}[{idx}] = {args[0]}[{idx}]")
+            self.copy(out, args[0], node.shape)
         self.per_row(nid, v.shape, b, args[1], x.shape[b], lambda bi, j, rest:
-                     f"{out}[{', '.join(bi + [j] + rest)}] += {args[2]}"
-                     + (f"[{', '.join(bi + rest)}]" if v.shape != () else ""))
+                     f"{self.at(out, bi + [j] + rest)} += "
+                     + (self.at(args[2], bi + rest) if v.shape != () else args[2]))
 
     # -- control-flow regions: real loops and branches around their sub-graphs' statements ----
     def sub_graph(self, graph, inputs, targets, in_place=None):
@@ -803,8 +810,7 @@ class _Emitter:
                 body.nodes[res].op == "dynamic_update_add" and readers.get(inp) == [res]
                 and inp not in body.outputs)
             self.region_array(var, gets.get(k, ()), node.shape, node.dtype, swapped=not single)
-            idx = ", ".join(f"i{d}" for d in range(len(node.shape)))
-            self.loops(node.shape, f"{var}[{idx}] = {init}[{idx}]")
+            self.copy(var, init, node.shape)
             current.append(var)
             if single:
                 following.append(var)
@@ -834,7 +840,7 @@ class _Emitter:
                 targets.append(f"{stack}[k{nid}]")
             else:
                 targets.append(f"{stack}r")
-                rows.append(f"{stack}r = {stack}[k{nid}]")
+                rows.append(f"{stack}r = _offset({stack}, k{nid} * {math.prod(y.shape)})")
         steps = f"{length - 1}, -1, -1" if reverse else f"{length}"
         self.emit(f"for k{nid} in range({steps}):")
         for line in rows:
@@ -907,8 +913,10 @@ class _Emitter:
         self.alloc(out, node.shape, node.dtype, result=node_id(out))
         for name, shape in workspaces:
             self.alloc(name, shape, _FLOAT64)
+        workspaces = [(f"carray({name}, {shape})", shape) for name, shape in workspaces]
         batch = math.prod(node.shape) // math.prod(matrices[-1])
-        views = [f"{_view(v, (batch,) + shape)}[b]" for v, shape in zip(args + [out], matrices)]
+        views = [f"carray(_offset({v}, b * {math.prod(shape)}), {shape})"
+                 for v, shape in zip(args + [out], matrices)]
         self.emit(f"for b in range({batch}):")
         names = [name for name, _ in workspaces] + [repr(flag) for flag in flags]
         self.emit(f"{kernel}({', '.join(views + names)})", 2)
@@ -959,15 +967,32 @@ def node_id(var):
     return int(var[1:])
 
 
-def _view(var, shape):
-    """A view of the C-contiguous array ``var`` with ``shape`` (no Numba reshape: its error
-    path needs Numba's runtime)."""
-    return f"carray(_data({var}), {tuple(shape)})"
+_INTEGER = re.compile(r"^-?\d+$")
+_ATOM = re.compile(r"^(\w+|\([^()]*\))$")
 
 
-def _argument(k, dtype, shape, start=0):
-    pointer = f"_arg(args, {k}, {start}, {_np_dtype(dtype)})"
-    return f"carray({pointer}, {tuple(shape) or (1,)})"
+def _flat_index(shape, idx):
+    """The row-major offset of index ``idx`` (expressions, one per axis) in an array of the
+    static ``shape``: literal indices folded into one constant, axes of extent 1 (index 0)
+    left out."""
+    constant, terms, stride = 0, [], 1
+    for n, i in reversed(list(zip(shape, idx))):
+        i = str(i)
+        if _INTEGER.match(i):
+            constant += int(i) * stride
+        elif n != 1:
+            terms.append(i if stride == 1 else
+                         f"{stride} * {i if _ATOM.match(i) else f'({i})'}")
+        stride *= n
+    terms.reverse()
+    if constant or not terms:
+        terms.append(str(constant))
+    return " + ".join(terms)
+
+
+def _argument(k, dtype, start=0):
+    """The typed pointer to element ``start`` of argument ``k``."""
+    return f"_arg(args, {k}, {start}, {_np_dtype(dtype)})"
 
 
 def generate(graph, n_threads=1):
@@ -978,7 +1003,7 @@ def generate(graph, n_threads=1):
     one per thread, ``[after it]``."""
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
-    targets = [_argument(n_in + k, nodes[o].dtype, ()) + "[0]" if nodes[o].shape == () else f"r{k}"
+    targets = [_argument(n_in + k, nodes[o].dtype) + "[0]" if nodes[o].shape == () else f"r{k}"
                for k, o in enumerate(graph.outputs)]
     e = _Emitter(graph, targets)
     e.threads = n_threads
@@ -987,14 +1012,14 @@ def generate(graph, n_threads=1):
     for k, nid in enumerate(graph.inputs):
         node = nodes[nid]
         suffix = "[0]" if node.shape == () else ""
-        prologue.append(f"v{nid} = {_argument(k, node.dtype, node.shape)}{suffix}")
+        prologue.append(f"v{nid} = {_argument(k, node.dtype)}{suffix}")
     for k, o in enumerate(graph.outputs):
         if nodes[o].shape != ():
-            prologue.append(f"r{k} = {_argument(n_in + k, nodes[o].dtype, nodes[o].shape)}")
+            prologue.append(f"r{k} = {_argument(n_in + k, nodes[o].dtype)}")
     first = n_in + n_out
     for k, c in enumerate(e.constants):
         dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
-        prologue.append(f"c{k} = {_argument(first + k, _Named(dtype), c.shape)}")
+        prologue.append(f"c{k} = {_argument(first + k, _Named(dtype))}")
     first += len(e.constants)
     lines, phases = e.lines, None
     if e.threaded is not None:
@@ -1004,12 +1029,15 @@ def generate(graph, n_threads=1):
         lines, phases = phased
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
     named = set(re.findall(r"[A-Za-z_]\w*", "\n".join(lines)))
+    pointers = {}  # (buffer, offset) -> the first variable of that pointer
     for var, name, start, shape in e.slots:
         if var in named and name in shared:  # an unused view costs Numba compile time
-            prologue.append(f"{var} = {_argument(first + shared.index(name), _Named(name), shape, start)}")
+            same = pointers.setdefault((name, start), var)
+            pointer = _argument(first + shared.index(name), _Named(name), start)
+            prologue.append(f"{var} = {pointer if same == var else same}")
     if phases is not None:
         control = first + len(shared) + e.threads * len(_private(e))
-        prologue.append(f"ctl = carray(_arg(args, {control}, 0, np.int64), (4,))")
+        prologue.append(f"ctl = _arg(args, {control}, 0, np.int64)")
     lines = _while_loops(lines)
     _check_integers(prologue + lines)
     head = f"def {FUNCTION_NAME}(args):"
@@ -1130,15 +1158,15 @@ def _phased(e, graph, first):
     private = _private(e)
     base = first + len(shared)
 
-    def view(var, name, start, shape, thread):
+    def view(var, name, start, thread):
         k = f"{base + private.index(name)} + {len(private)} * thread" if thread is None else \
             base + thread * len(private) + private.index(name)
-        return f"    {var} = carray(_arg(args, {k}, {start}, {_np_dtype(_Named(dtype_of(name)))}), {tuple(shape)})"
+        return f"    {var} = _arg(args, {k}, {start}, {_np_dtype(_Named(dtype_of(name)))})"
 
     named_loop = words(loop)
-    own = [view(var, name, start, shape, None) for var, name, start, shape in e.slots
+    own = [view(var, name, start, None) for var, name, start, _ in e.slots
            if name in private and var in named_loop]
-    parts = [view(var, name, start, shape, t) for var, name, start, shape, t in e.partials]
+    parts = [view(var, name, start, t) for var, name, start, _, t in e.partials]
     for name, (dtype, start) in spills.items():
         e.slots.append((f"sp{name}", dtype, start, (1,)))
     indent = lambda block: ["    " + line for line in block] or ["        pass"]

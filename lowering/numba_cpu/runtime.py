@@ -1,126 +1,276 @@
 """Scalar helpers that the generated Numba code calls, matching the NumPy reference (NaN
 propagation of max/min, sign(0) == 0, repeated squaring for integer powers)."""
 
+import importlib
+import importlib.util
 import math
+import operator
+import sys
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.imputils import lower_builtin
 from numba.extending import intrinsic
+from numba.np import linalg as _numba_linalg
 
-from quabla.core.rules.elementwise import power_by_squaring
+
+def _import_arraymath_lazily():
+    """Import Numba's ``arraymath`` (its first compile does) without importing SciPy's linalg:
+    at import it calls ``ensure_blas`` only to learn whether ``np.dot`` can work, and importing
+    ``scipy.linalg`` is 0.1-0.2 s of every cold first call. While it imports, SciPy being
+    installed is the answer; ``_gemm`` runs the real ``ensure_blas`` (the import and its check
+    of LAPACK's integer width) when a program uses BLAS, as Numba's own ``np.dot`` does."""
+    if "numba.np.arraymath" in sys.modules:
+        return
+    real = _numba_linalg.ensure_blas
+
+    def scipy_installed():
+        if importlib.util.find_spec("scipy") is None:
+            raise ImportError("scipy is required for linear algebra")
+
+    _numba_linalg.ensure_blas = scipy_installed
+    try:
+        importlib.import_module("numba.np.arraymath")
+    finally:
+        _numba_linalg.ensure_blas = real
+
+
+_import_arraymath_lazily()
 
 from ..native import ARRAY_DATA, TUPLE_ITEMS
 
 _inline = numba.njit(inline="always", error_model="numpy")
 
 
-@_inline
-def _log(x):
-    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+# -- scalar helpers as LLVM IR: a call is a few instructions, where a Python helper that Numba
+#    inlined cost a translation of its bytecode and its untyped passes at every call site (~4 ms
+#    each). Each computes what the Python form in its docstring computes, in the same types: a
+#    float64 constant in that form makes a float32 argument's result float64 --
+
+def _float_helper(promotes):
+    """An intrinsic of one float (an integer is taken as a float64) that ``build(builder, x)``
+    emits; its result is float64 if ``promotes``, else the argument's type."""
+    def wrap(build):
+        def typer(typingctx, x):
+            if not isinstance(x, (types.Float, types.Integer)):
+                return None
+            arg = x if isinstance(x, types.Float) else types.float64
+
+            def codegen(context, builder, sig, args):
+                return build(builder, args[0])
+            return (types.float64 if promotes else arg)(arg), codegen
+        typer.__name__, typer.__doc__ = build.__name__, build.__doc__
+        return intrinsic(typer)
+    return wrap
 
 
-@_inline
-def _log1p(x):
-    return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
+def _double(value):
+    return ir.Constant(ir.DoubleType(), value)
 
 
-@_inline
-def _sqrt(x):
-    return math.sqrt(x) if x >= 0 else math.nan
+def _widened(builder, x):
+    """``x`` as a double (a float32 extends exactly)."""
+    return x if isinstance(x.type, ir.DoubleType) else builder.fpext(x, ir.DoubleType())
 
 
-@_inline
-def _sign(x):
-    return type(x)(1) if x > 0 else (type(x)(-1) if x < 0 else x)
+def _intrinsic_call(builder, name, x):
+    """LLVM's ``name`` (``llvm.exp``, ...) of ``x``, as Numba lowers math.exp, math.log, abs."""
+    return builder.call(builder.module.declare_intrinsic(name, [x.type]), [x])
 
 
-@_inline
-def _logistic(x):
-    return 1.0 / (1.0 + math.exp(-x))
+def _libm_call(builder, name, x):
+    """libm's ``name`` of ``x`` (``namef`` for a float32), as Numba lowers math.sqrt, log1p."""
+    suffix = "f" if isinstance(x.type, ir.FloatType) else ""
+    fn = cgutils.insert_pure_function(builder.module, ir.FunctionType(x.type, [x.type]),
+                                      name + suffix)
+    return builder.call(fn, [x])
 
 
-@_inline
-def _relu(x):
-    return x if (x > 0 or x != x) else type(x)(0)
+def _negated(builder, x):
+    return builder.fsub(ir.Constant(x.type, -0.0), x)  # as Numba negates: -0.0 - x
 
 
-@_inline
-def _softplus(x):
-    return math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))
+@_float_helper(promotes=True)
+def _log(builder, x):
+    """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered(">", x, zero),
+                          _widened(builder, _intrinsic_call(builder, "llvm.log", x)),
+                          builder.select(builder.fcmp_ordered("==", x, zero),
+                                         _double(-math.inf), _double(math.nan)))
 
 
-_power_by_squaring = _inline(power_by_squaring)
+@_float_helper(promotes=True)
+def _log1p(builder, x):
+    """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``"""
+    minus_one = ir.Constant(x.type, -1.0)
+    return builder.select(builder.fcmp_ordered(">", x, minus_one),
+                          _widened(builder, _libm_call(builder, "log1p", x)),
+                          builder.select(builder.fcmp_ordered("==", x, minus_one),
+                                         _double(-math.inf), _double(math.nan)))
+
+
+@_float_helper(promotes=True)
+def _sqrt(builder, x):
+    """``math.sqrt(x) if x >= 0 else math.nan``"""
+    return builder.select(builder.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0)),
+                          _widened(builder, _libm_call(builder, "sqrt", x)), _double(math.nan))
+
+
+@_float_helper(promotes=False)
+def _sign(builder, x):
+    """``type(x)(1) if x > 0 else (type(x)(-1) if x < 0 else x)``"""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered(">", x, zero), ir.Constant(x.type, 1.0),
+                          builder.select(builder.fcmp_ordered("<", x, zero),
+                                         ir.Constant(x.type, -1.0), x))
+
+
+@_float_helper(promotes=True)
+def _logistic(builder, x):
+    """``1.0 / (1.0 + math.exp(-x))``"""
+    e = _widened(builder, _intrinsic_call(builder, "llvm.exp", _negated(builder, x)))
+    return builder.fdiv(_double(1.0), builder.fadd(_double(1.0), e))
+
+
+def _positive_part(builder, x):
+    """``x if x > 0 else type(x)(0)``"""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered(">", x, zero), x, zero)
+
+
+@_float_helper(promotes=False)
+def _relu(builder, x):
+    """``x if (x > 0 or x != x) else type(x)(0)``"""
+    return builder.select(builder.fcmp_unordered("!=", x, x), x, _positive_part(builder, x))
+
+
+@_float_helper(promotes=False)
+def _softplus(builder, x):
+    """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))``"""
+    e = _intrinsic_call(builder, "llvm.exp",
+                        _negated(builder, _intrinsic_call(builder, "llvm.fabs", x)))
+    return builder.fadd(_libm_call(builder, "log1p", e), _positive_part(builder, x))
+
+
+def _extremum(name, order):
+    """``x if (x <order> y or x != x) else y`` (NaN-propagating max or min) in the type that
+    unifies ``x``'s and ``y``'s."""
+    def typer(typingctx, x, y):
+        out = typingctx.unify_pairs(x, y)
+        if not isinstance(out, (types.Float, types.Boolean)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, b = (context.cast(builder, v, t, out) for v, t in zip(args, sig.args))
+            if isinstance(out, types.Boolean):
+                pick = builder.icmp_unsigned(order, a, b)
+            else:
+                pick = builder.or_(builder.fcmp_ordered(order, a, b),
+                                   builder.fcmp_unordered("!=", a, a))
+            return builder.select(pick, a, b)
+        return out(x, y), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+_max = _extremum("_max", ">")
+_min = _extremum("_min", "<")
 
 
 # -- tanh: libm's is a call per element (~10 ns) that stops LLVM from vectorising the loop; this
 #    one is branch-free straight-line code (Cephes' rational form below 0.625, fdlibm's exp
-#    above), within ~1.3 ulp of the exact value (libm's: ~2.1 ulp), NaN, +-inf and -0.0 kept --
+#    above), within ~1.3 ulp of the exact value (libm's: ~2.1 ulp), NaN, +-inf and -0.0 kept.
+#    It is built as LLVM IR, once per module, and called (LLVM inlines it): written as a Numba
+#    function it cost a compile of its own, ~0.1 s per float type in every process --
 
-@intrinsic
-def _f64_from_bits(typingctx, bits):
-    """The float64 whose bit pattern is the int64 ``bits`` (vectorises: a register move)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
+_TANH = "quabla.tanh"
 
 
-@intrinsic
-def _select(typingctx, cond, a, b):
-    """``a if cond else b`` as one LLVM select: both sides are computed, no branch."""
-    def codegen(context, builder, signature, args):
-        return builder.select(args[0], args[1], args[2])
-    return a(types.boolean, a, a), codegen
-
-
-@_inline
-def _exp_0_45(x):
-    """exp(x) for 0 <= x <= 45 (fdlibm's reduction and rational approximation, < 1 ulp); the
-    power of two is built from its bits, so there is no call and no table."""
-    k = math.floor(x * 1.4426950408889634 + 0.5)
-    hi = x - k * 6.93147180369123816490e-01
-    lo = k * 1.90821492927058770002e-10
-    r = hi - lo
-    t = r * r
-    c = r - t * (1.66666666666666019037e-01 + t * (-2.77777777770155933842e-03 + t * (
-        6.61375632143793436117e-05 + t * (-1.65339022054652515390e-06
-                                          + t * 4.13813679705723846039e-08))))
-    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
-    return y * _f64_from_bits((np.int64(k) + 1023) << 52)
-
-
-@_inline
-def _tanh64(x):
-    """tanh(x) = x + x z P(z) / Q(z) with z = x * x for |x| < 0.625, else
+def _tanh_function(module):
+    """The float64 ``tanh`` of ``module`` (defined on first use):
+    tanh(x) = x + x z P(z) / Q(z) with z = x * x for |x| < 0.625, else
     sign(x) (1 - 2 / (exp(2 |x|) + 1)) with |x| clamped to 22 (tanh rounds to 1 there). Both
     sides share one division, and every choice is a select, so a loop around it vectorises."""
-    ax = abs(x)
-    z = x * x
-    e = _exp_0_45(2.0 * _select(ax < 22.0, ax, 22.0))  # NaN -> 22: the exp stays finite
-    small = ax < 0.625
-    p = ((-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z
-         - 1.61468768441708447952e3)
-    q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z \
-        + 4.84406305325125486048e3
-    t = _select(small, x * z * p, -2.0) / _select(small, q, e + 1.0)
-    big = 1.0 + t
-    res = _select(small, _select(x != 0.0, x + t, x), _select(x < 0.0, -big, big))
-    return _select(ax == ax, res, x)  # NaN: x itself
+    if _TANH in module.globals:
+        return module.globals[_TANH]
+    double, i64 = ir.DoubleType(), ir.IntType(64)
+    fn = ir.Function(module, ir.FunctionType(double, [double]), _TANH)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block())
+
+    def c(value):
+        return ir.Constant(double, value)
+
+    def poly(z, coefficients):  # ((c0 z + c1) z + c2) ..., each step a multiply then an add
+        acc = coefficients[0]
+        for k in coefficients[1:]:
+            acc = b.fadd(b.fmul(acc, z), c(k))
+        return acc
+
+    (x,) = fn.args
+    ax = b.call(module.declare_intrinsic("llvm.fabs", [double]), [x])
+    z = b.fmul(x, x)
+    e = _exp_0_45(b, b.fmul(c(2.0), b.select(b.fcmp_ordered("<", ax, c(22.0)), ax, c(22.0))))
+    small = b.fcmp_ordered("<", ax, c(0.625))
+    p = b.fsub(b.fmul(b.fsub(b.fmul(c(-9.64399179425052238628e-1), z),
+                             c(9.92877231001918586564e1)), z), c(1.61468768441708447952e3))
+    q = poly(z, [b.fadd(z, c(1.12811678491632931402e2)), 2.23548839060100448583e3,
+                 4.84406305325125486048e3])
+    t = b.fdiv(b.select(small, b.fmul(b.fmul(x, z), p), c(-2.0)),
+               b.select(small, q, b.fadd(e, c(1.0))))
+    big = b.fadd(c(1.0), t)
+    res = b.select(small, b.select(b.fcmp_unordered("!=", x, c(0.0)), b.fadd(x, t), x),
+                   b.select(b.fcmp_ordered("<", x, c(0.0)), b.fsub(c(-0.0), big), big))
+    b.ret(b.select(b.fcmp_ordered("==", ax, ax), res, x))  # NaN: x itself
+    return fn
 
 
-@numba.njit(error_model="numpy")
-def _tanh(x):
-    """tanh in generated code: the vectorisable float64 version above (float32 rounds it, which
-    is more accurate than libm's tanhf and still vectorises). A call that LLVM inlines: inlined
-    by Numba, each call site cost ~0.3 s of compile time (deep programs have hundreds)."""
-    return type(x)(_tanh64(np.float64(x)))
+def _exp_0_45(b, x):
+    """exp(x) for 0 <= x <= 45 (fdlibm's reduction and rational approximation, < 1 ulp); the
+    power of two is built from its bits, so there is no call and no table."""
+    double, i64 = ir.DoubleType(), ir.IntType(64)
+
+    def c(value):
+        return ir.Constant(double, value)
+
+    floor = cgutils.insert_pure_function(b.module, ir.FunctionType(double, [double]), "floor")
+    k = b.fptosi(b.call(floor, [b.fadd(b.fmul(x, c(1.4426950408889634)), c(0.5))]), i64)
+    kf = b.sitofp(k, double)
+    hi = b.fsub(x, b.fmul(kf, c(6.93147180369123816490e-01)))
+    lo = b.fmul(kf, c(1.90821492927058770002e-10))
+    r = b.fsub(hi, lo)
+    t = b.fmul(r, r)
+    acc = c(4.13813679705723846039e-08)
+    for k_ in (-1.65339022054652515390e-06, 6.61375632143793436117e-05,
+               -2.77777777770155933842e-03, 1.66666666666666019037e-01):
+        acc = b.fadd(c(k_), b.fmul(t, acc))
+    cc = b.fsub(r, b.fmul(t, acc))
+    y = b.fsub(c(1.0), b.fsub(b.fsub(lo, b.fdiv(b.fmul(r, cc), b.fsub(c(2.0), cc))), hi))
+    scale = b.bitcast(b.shl(b.add(k, ir.Constant(i64, 1023)), ir.Constant(i64, 52)), double)
+    return b.fmul(y, scale)
 
 
-@_inline
-def _integer_pow(x, n):
-    return _power_by_squaring(type(x)(1), x, n)
+@intrinsic
+def _tanh(typingctx, x):
+    """tanh of a float64 or float32 (rounded from the float64 result: more accurate than
+    libm's tanhf, and it still vectorises)."""
+    if x not in (types.float64, types.float32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        (value,) = args
+        double = ir.DoubleType()
+        wide = value if x == types.float64 else builder.fpext(value, double)
+        out = builder.call(_tanh_function(builder.module), [wide])
+        return out if x == types.float64 else builder.fptrunc(out, value.type)
+
+    return x(x), codegen
 
 
 @_inline
@@ -128,29 +278,44 @@ def _pow(x, y):
     return x ** y
 
 
-@_inline
-def _max(x, y):
-    return x if (x > y or x != x) else y
+def _cast_to(dtype):
+    """An intrinsic converting a number or bool to ``dtype`` as NumPy does (to bool: nonzero,
+    NaN included)."""
+    def cast(typingctx, x):
+        if not isinstance(x, (types.Number, types.Boolean)):
+            return None
+        x = types.unliteral(x)
+
+        def codegen(context, builder, sig, args):
+            return context.cast(builder, args[0], x, dtype)
+        return dtype(x), codegen
+    return intrinsic(cast)
 
 
-@_inline
-def _min(x, y):
-    return x if (x < y or x != x) else y
+_cast_float64 = _cast_to(types.float64)
+_cast_float32 = _cast_to(types.float32)
+_cast_bool = _cast_to(types.boolean)
 
 
-@_inline
-def _cast_float64(x):
-    return np.float64(x)
+@intrinsic(prefer_literal=True)
+def _integer_pow(typingctx, x, n):
+    """``x ** n`` for a literal ``n >= 0`` by repeated squaring, unrolled: the multiplies of
+    ``power_by_squaring`` (quabla/core/rules/elementwise.py) in its order, from ``type(x)(1)``."""
+    if not isinstance(x, types.Float) or not isinstance(n, types.IntegerLiteral) \
+            or n.literal_value < 0:
+        return None
 
-
-@_inline
-def _cast_float32(x):
-    return np.float32(x)
-
-
-@_inline
-def _cast_bool(x):
-    return x != 0
+    def codegen(context, builder, sig, args):
+        base, k = args[0], n.literal_value
+        result = ir.Constant(base.type, 1.0)
+        while k:
+            if k & 1:
+                result = builder.fmul(result, base)
+            k >>= 1
+            if k:
+                base = builder.fmul(base, base)
+        return result
+    return x(x, n), codegen
 
 
 @_inline
@@ -196,60 +361,81 @@ def _arg(typingctx, args, k, start, dtype):
 
 
 @intrinsic
-def _data(typingctx, array):
-    """The typed pointer to the data of a (C-contiguous) array: with ``carray`` it reshapes
-    without Numba's reshape, whose error path needs its runtime."""
-    result = types.CPointer(array.dtype)
-
+def _offset(typingctx, pointer, n):
+    """``pointer`` moved ``n`` elements on: a row of an array, a matrix of a stack."""
     def codegen(context, builder, sig, llargs):
-        ary = context.make_array(sig.args[0])(context, builder, llargs[0])
-        return builder.bitcast(ary.data, context.get_value_type(result))
+        return builder.gep(llargs[0], [llargs[1]])
 
-    return result(array), codegen
+    return pointer(pointer, types.intp), codegen
+
+
+# Numba loads and stores through a typed pointer with the element's value type, which for a
+# bool (i1 in registers, a byte in memory) is the wrong width: these convert, as arrays do.
+_BOOL_POINTER = types.CPointer(types.boolean)
+
+
+@lower_builtin(operator.getitem, _BOOL_POINTER, types.Integer)
+def _load_bool(context, builder, sig, args):
+    pointer, index = args
+    return context.data_model_manager[types.boolean].from_data(
+        builder, builder.load(builder.gep(pointer, [index])))
+
+
+@lower_builtin(operator.setitem, _BOOL_POINTER, types.Integer, types.Any)
+def _store_bool(context, builder, sig, args):
+    pointer, index, value = args
+    value = context.cast(builder, value, sig.args[2], types.boolean)
+    builder.store(context.data_model_manager[types.boolean].as_data(builder, value),
+                  builder.gep(pointer, [index]))
 
 
 @intrinsic
-def _gemm(typingctx, a, b, out):
-    """``out`` = ``a`` @ ``b`` for 2-d arrays, C-contiguous or transposed views of such (layout
-    F), by one call of Numba's BLAS helper ``numba_xxgemm`` (the one np.dot calls), without
-    np.dot's shape checks and error paths: a first np.dot costs a compile of its own, and each
-    call site types and lowers them (the code generator has checked the shapes)."""
-    if any(t.ndim != 2 or t.layout not in "CF" for t in (a, b, out)) or out.layout != "C":
+def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
+    """``out`` (m x n) = op(``a``) @ op(``b``) for typed pointers to C-contiguous matrices,
+    op transposing the operand whose flag ``ta``/``tb`` is nonzero (then stored as k x m or
+    n x k), by one call of Numba's BLAS helper ``numba_xxgemm`` (the one np.dot calls),
+    without np.dot's shape checks and error paths: a first np.dot costs a compile of its own,
+    and each call site types and lowers them (the code generator has checked the shapes)."""
+    if not all(isinstance(t, types.CPointer) for t in (a, b, out)) or a.dtype != out.dtype \
+            or b.dtype != out.dtype or out.dtype not in (types.float64, types.float32):
         return None
+    _numba_linalg.ensure_blas()
     kind = {types.float64: "d", types.float32: "s"}[out.dtype]
 
     def codegen(context, builder, sig, args):
-        a_, b_, c_ = (context.make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
-        m, k = builder.extract_value(a_.shape, 0), builder.extract_value(a_.shape, 1)
-        n = builder.extract_value(b_.shape, 1)
+        pa, pb, pc = args[:3]
+        m_, k_, n_, ta_, tb_ = (context.cast(builder, v, t, types.intp)
+                                for v, t in zip(args[3:], sig.args[3:]))
         char, size, void = ir.IntType(8), context.get_value_type(types.intp), _byte_pointer()
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
             ir.IntType(32), [char, char, char, size, size, size, void, void, size, void, size,
                              void, void, size]), "numba_xxgemm")
 
-        def operand(ty, array, rows, cols):
-            # column-major BLAS sees a C array transposed: out^T = b^T a^T
-            trans = ty.layout == "F"
-            return (ir.Constant(char, ord("t" if trans else "n")), rows if trans else cols,
-                    builder.bitcast(array.data, void))
+        def operand(trans, pointer, rows, cols):
+            # column-major BLAS sees a C matrix transposed: out^T = op(b)^T op(a)^T
+            flag = builder.icmp_signed("!=", trans, ir.Constant(size, 0))
+            return (builder.select(flag, ir.Constant(char, ord("t")), ir.Constant(char, ord("n"))),
+                    builder.select(flag, rows, cols), builder.bitcast(pointer, void))
 
-        ta, lda, pa = operand(sig.args[1], b_, k, n)
-        tb, ldb, pb = operand(sig.args[0], a_, m, k)
-        scalar = context.get_value_type(sig.args[2].dtype)
+        op_a, lda, pa_ = operand(tb_, pb, k_, n_)
+        op_b, ldb, pb_ = operand(ta_, pa, m_, k_)
+        scalar = context.get_value_type(out.dtype)
         one = cgutils.alloca_once_value(builder, ir.Constant(scalar, 1.0))
         zero = cgutils.alloca_once_value(builder, ir.Constant(scalar, 0.0))
-        builder.call(fn, [ir.Constant(char, ord(kind)), ta, tb, n, m, k,
-                          builder.bitcast(one, void), pa, lda, pb, ldb,
-                          builder.bitcast(zero, void), builder.bitcast(c_.data, void), n])
+        builder.call(fn, [ir.Constant(char, ord(kind)), op_a, op_b, n_, m_, k_,
+                          builder.bitcast(one, void), pa_, lda, pb_, ldb,
+                          builder.bitcast(zero, void), builder.bitcast(pc, void), n_])
         return context.get_dummy_value()
 
-    return types.none(a, b, out), codegen
+    return types.none(a, b, out, m, k, n, ta, tb), codegen
 
 
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
-           and name not in ("_inline", "_power_by_squaring", "_byte_pointer", "_field",
-                            "_select", "_f64_from_bits", "_exp_0_45",
-                            "_tanh64")]
+           and name not in ("_inline", "_numba_linalg", "_import_arraymath_lazily",
+                            "_float_helper", "_double", "_widened", "_intrinsic_call",
+                            "_libm_call", "_negated", "_positive_part", "_extremum",
+                            "_byte_pointer", "_field", "_TANH", "_tanh_function", "_exp_0_45",
+                            "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool")]
 
 
 # -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and

@@ -29,7 +29,7 @@ def _avals3(values):
 
 
 def _index_template():
-    return ops._weak_scalar(0.0, INDEX_DTYPE)
+    return ops.weak_scalar(0.0, INDEX_DTYPE)
 
 
 # -- cond ---------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def _static_bound(b):
 
 def _traced_fori(bounds, body_fun, init_val, operands):
     lower, upper = (ops.astype(as_leaf(b, "fori_loop's bound"), INDEX_DTYPE) if isinstance(b, Array)
-                    else ops._weak_scalar(float(b), INDEX_DTYPE) for b in bounds)
+                    else ops.weak_scalar(float(b), INDEX_DTYPE) for b in bounds)
     _, carry = while_loop(lambda state: ops.less(state[0], upper),
                           lambda state: (ops.add(state[0], 1.0), body_fun(state[0], state[1], *operands)),
                           (lower, init_val))
@@ -209,7 +209,7 @@ def _unrolled(body, carry, op_leaves, length, lower, carry_tree, ys_tree, n):
     """Every step inlined: no region, so every transform and back end handles it as it is."""
     ys = []
     for k in range(length):
-        i = ops._weak_scalar(float(lower + k), INDEX_DTYPE)
+        i = ops.weak_scalar(float(lower + k), INDEX_DTYPE)
         outs = inline(body.graph, [i] + list(carry) + op_leaves + body.captures)
         carry, y = outs[:n], outs[n:]
         ys.append(y)

@@ -15,7 +15,7 @@ from ..array import Array, asarray
 from ..core.graph import GraphBuilder, aval_text
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, trace_frame
-from ..ops import _weak_scalar, astype
+from ..ops import astype, weak_scalar
 
 __all__ = ["Body", "trace_body", "as_leaf", "hoist", "with_inputs", "aval", "aval_texts"]
 
@@ -28,7 +28,7 @@ def as_leaf(value, what):
     if isinstance(value, Array):
         return value
     if isinstance(value, _PYTHON_SCALARS):
-        return _weak_scalar(value, _dt.bool_ if isinstance(value, bool) else _dt.float64)
+        return weak_scalar(value, _dt.bool_ if isinstance(value, bool) else _dt.float64)
     if isinstance(value, (np.ndarray, np.generic)):
         return asarray(value)
     raise TypeError(f"{what} has a {type(value).__name__} leaf; carries, operands and results of "

@@ -21,33 +21,83 @@ RESULTS = _dt.DType("results", object)
 
 
 class Const:
-    """A constant payload: hashes and compares by dtype, shape and exact bits."""
+    """A constant payload: hashes and compares by dtype, shape and exact bits.
 
-    __slots__ = ("value", "_hash", "_digest")
+    Megabyte payloads pass through every trace, transform and rewrite of a program, so nothing
+    here reads all the bits unless it must: the hash reads a fixed sample of elements, equality
+    is by identity of the payload first, and the digest of all the bits (``digest``: what
+    fingerprints and tells apart two large payloads) is computed once, on first need.
+    """
+
+    __slots__ = ("value", "_hash", "_digest", "_splat")
 
     def __init__(self, value):
         value = np.array(value, copy=not (value.flags.c_contiguous and not value.flags.writeable))
         value.flags.writeable = False
         self.value = value
-        self._digest = hashlib.blake2b(
-            value.tobytes() + str((value.dtype.str, value.shape)).encode(), digest_size=16
-        ).digest()
-        self._hash = hash(self._digest)
+        self._digest = None
+        self._splat = ()  # not known yet
+        self._hash = hash((value.dtype.str, value.shape, _sample(value).tobytes()))
+
+    @property
+    def digest(self):
+        """16 bytes of blake2b over the bits, dtype and shape."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(self.value.data)
+            h.update(str((self.value.dtype.str, self.value.shape)).encode())
+            self._digest = h.digest()
+        return self._digest
 
     def __hash__(self):
         return self._hash
 
+    def __reduce__(self):  # the hash is recomputed: it is Python's, salted per process
+        return Const, (self.value,)
+
     def __eq__(self, other):
-        return isinstance(other, Const) and self._digest == other._digest
+        if self is other:
+            return True
+        if not isinstance(other, Const) or self._hash != other._hash:
+            return False
+        a, b = self.value, other.value
+        if a is b:
+            return True
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.size <= _SAMPLE:
+            return a.tobytes() == b.tobytes()
+        return self.digest == other.digest
 
     def scalar(self):
         """The Python value of a one-element constant, else None."""
         return self.value.item() if self.value.size == 1 else None
 
+    def splat(self):
+        """The 0-d array of the element every element equals bit for bit, else None."""
+        if self._splat == ():
+            flat = self.value.reshape(-1)
+            bits = flat.view(f"u{flat.itemsize}")
+            sample = _sample(bits)  # a cheap refusal first: most payloads are no splat
+            same = bits.size and (sample == sample[0]).all() and (bits == bits[0]).all()
+            self._splat = flat[:1].copy().reshape(()) if same else None  # not a view of all
+        return self._splat
+
     def __repr__(self):
         if self.value.ndim == 0:
             return repr(self.value.item())
         return "dense"
+
+
+_SAMPLE = 64  # elements a Const's hash reads
+
+
+def _sample(value):
+    """At most ``_SAMPLE`` elements of ``value``, evenly spaced, the first and last among them."""
+    flat = value.reshape(-1)
+    if flat.size <= _SAMPLE:
+        return flat
+    return flat[np.linspace(0, flat.size - 1, _SAMPLE).astype(np.intp)]
 
 
 class Node:
@@ -159,7 +209,7 @@ class Graph:
 def _param_digest(value):
     """A param as stable text for ``fingerprint``: constants and sub-graphs by their digests."""
     if isinstance(value, Const):
-        return value._digest.hex()
+        return value.digest.hex()
     if isinstance(value, Graph):
         return value.fingerprint()
     if isinstance(value, tuple):
@@ -193,7 +243,7 @@ class GraphBuilder:
 
     def constant(self, value, weak=False):
         value = np.asarray(value)
-        dtype = _dt._BY_NUMPY[value.dtype]
+        dtype = _dt.BY_NUMPY[value.dtype]
         return self.add("constant", (), (("value", Const(value)),), value.shape, dtype, weak)
 
     def add(self, op, operands, params, shape, dtype, weak=False):

@@ -53,17 +53,21 @@ class _Sweep:
         return nid
 
     def constant(self, value, dtype, weak):
-        value = np.asarray(value, dtype=dtype.numpy)
-        if value.ndim:
-            first = value.reshape(-1)[:1]
-            if value.tobytes() == first.tobytes() * value.size:
-                scalar = self.constant(first.reshape(()), dtype, weak)
-                return self.emit(
-                    "broadcast_in_dim", (scalar,),
-                    (("broadcast_dimensions", ()), ("shape", value.shape)),
-                    value.shape, dtype, weak,
-                )
-        return self.emit("constant", (), (("value", Const(value)),), value.shape, dtype, weak)
+        """A constant node for a folded value."""
+        return self.const(Const(np.asarray(value, dtype=dtype.numpy)), dtype, weak)
+
+    def const(self, const, dtype, weak):
+        """A constant node holding ``const`` itself (its hash and digest are kept), or a
+        broadcast of a scalar when every element has the same bits."""
+        if const.value.dtype != dtype.numpy:
+            return self.constant(const.value, dtype, weak)
+        shape = const.value.shape
+        splat = const.splat() if shape else None
+        if splat is not None:
+            scalar = self.const(Const(splat), dtype, weak)
+            return self.emit("broadcast_in_dim", (scalar,),
+                             (("broadcast_dimensions", ()), ("shape", shape)), shape, dtype, weak)
+        return self.emit("constant", (), (("value", const),), shape, dtype, weak)
 
     # -- inspection helpers ---------------------------------------------------------------------
     def splat(self, i):
@@ -88,7 +92,7 @@ def _sweep(graph):
                                    node.weak)
             continue
         if node.op == "constant":
-            remap[nid] = s.constant(node.kw["value"].value, node.dtype, node.weak)
+            remap[nid] = s.const(node.kw["value"], node.dtype, node.weak)
             continue
         operands = tuple(remap[o] for o in node.operands)
         remap[nid] = _rewrite(s, node, operands)

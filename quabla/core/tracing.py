@@ -11,7 +11,6 @@ import threading
 
 import numpy as np
 
-from .. import dtypes as _dt
 from ..array import Array, Shape, Tensor
 from ..errors import CONTROL_FLOW_MESSAGE, TracerError
 from ..operators import Operators

@@ -1,7 +1,7 @@
 """``quabla.linalg``: the linear-algebra functions, as ``jax.scipy.linalg`` groups them."""
 
 from ..core.tracing import bind
-from ..ops import _solve_operands, cholesky, solve
+from ..ops import cholesky, solve, solve_operands
 from .iterative import cg, gmres
 
 __all__ = ["solve", "cholesky", "triangular_solve", "cg", "gmres"]
@@ -16,5 +16,5 @@ def triangular_solve(a, b, *, lower=False, transpose_a=False):
     for name, flag in (("lower", lower), ("transpose_a", transpose_a)):
         if not isinstance(flag, bool):
             raise TypeError(f"quabla.linalg.triangular_solve: {name} must be a bool, got {flag!r}")
-    a, b = _solve_operands("linalg.triangular_solve", a, b)
+    a, b = solve_operands("linalg.triangular_solve", a, b)
     return bind("triangular_solve", a, b, lower=lower, transpose_a=transpose_a)

@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from .. import ops, tree
-from ..array import Array, Tensor
+from ..array import Array, Tensor, adopt
 from ..dtypes import float64
 
 __all__ = ["Optimizer", "Adam", "SGD"]
@@ -58,6 +58,7 @@ class Optimizer:
     def __init__(self, learning_rate, clip_norm=None):
         object.__setattr__(self, "_programs", {})
         self._next_count = (None, None)
+        self._fast = None
         self.learning_rate = _learning_rate(learning_rate)
         self.clip_norm = None if clip_norm is None else _positive("clip_norm", clip_norm)
 
@@ -66,6 +67,7 @@ class Optimizer:
         object.__setattr__(self, name, value)
         if not name.startswith("_"):
             self._programs.clear()
+            self._fast = None
 
     def init(self, params):
         state = {"step": 0}
@@ -74,8 +76,16 @@ class Optimizer:
         return state
 
     def update(self, params, grads, state):
+        fast = self._fast
+        if fast is not None:
+            out = fast.update(params, grads, state)
+            if out is not None:
+                return out
+        return self._update(params, grads, state)
+
+    def _update(self, params, grads, state):
         p_leaves, treedef = tree.flatten(params)
-        g_leaves = _grad_leaves(treedef, grads)
+        g_leaves = grad_leaves(treedef, grads)
         slot_leaves = [_slot_leaves(state, name, treedef) for name in self.slots]
         step = state["step"]
         host = not isinstance(step, Array)
@@ -92,7 +102,11 @@ class Optimizer:
                                     count)
         if host:
             new_state = {"step": int(step) + 1}
-            self._next_count = (new_state["step"], outs[-1])
+            self._next_count = (new_state["step"], outs[-1]._value)
+            if len(outs) == (len(self.slots) + 1) * n + 1:  # every leaf had a gradient
+                leaves = p_leaves + g_leaves + [x for s in slot_leaves for x in s] + [count]
+                if self._fast is None or not self._fast.serves(treedef, leaves):
+                    self._fast = _FastUpdate.of(self, treedef, leaves)
         else:
             new_state = {"step": outs[-1]}
         for j, name in enumerate(self.slots):
@@ -103,7 +117,7 @@ class Optimizer:
         """``step`` as a float64 scalar Tensor: the one the previous update computed when the
         loop hands its state back, which is what a training loop does."""
         cached = self._next_count
-        return cached[1] if cached[0] == step else Tensor._wrap(np.array(float(step)))
+        return adopt(cached[1] if cached[0] == step else np.array(float(step)))
 
     def apply(self, p_leaves, g_leaves, slot_leaves, count):
         """The update of flat leaves, traced: what ``update`` compiles and ``Trainer`` fuses
@@ -199,6 +213,76 @@ class Adam(Optimizer):
         return p - step, (m, v)
 
 
+class _FastUpdate:
+    """The update of one parameter signature for a host training loop, without the general
+    path's flattening, TreeDef comparisons and staged dispatch: the trees are matched
+    against the parameters' structure, the leaves checked against the signature, the
+    compiled program's ``run`` called on their arrays and the results built by one generated
+    expression. Anything else (a new structure or signature, a traced step, weak or
+    non-Tensor leaves) takes the general path, which makes a new one."""
+
+    __slots__ = ("optimizer", "treedef", "match", "signature", "run", "build", "step_at")
+
+    @classmethod
+    def of(cls, optimizer, treedef, leaves):
+        """The fast path of the call just made with ``leaves`` (parameters, gradients, slots,
+        count), or None when the program did not compile to native code."""
+        signature = _signature(leaves)  # the count's too, as ``update`` checks it
+        if signature is None:
+            return None
+        run = optimizer._program(treedef.num_leaves).native_run(leaves)
+        if run is None:
+            return None
+        self = cls()
+        self.optimizer, self.treedef, self.match = optimizer, treedef, treedef.matcher()
+        self.signature, self.run = signature, run
+        # the result ``(params, state)``: the program's outputs with the new step among the
+        # slots, where the state's sorted keys put it
+        params = treedef.unflatten(leaves[:treedef.num_leaves])
+        result = tree.structure((params, {"step": 0, **{name: params for name in
+                                                          optimizer.slots}}))
+        self.build = result.builder()
+        self.step_at = treedef.num_leaves * (1 + sum(name < "step" for name in optimizer.slots))
+        return self
+
+    def serves(self, treedef, leaves):
+        return treedef == self.treedef and _signature(leaves) == self.signature
+
+    def update(self, params, grads, state):
+        """``optimizer.update``'s result, or None to take the general path."""
+        match = self.match
+        leaves, g = match(params), match(grads)
+        if leaves is None or g is None or type(state) is not dict:
+            return None
+        optimizer = self.optimizer
+        next_step, count = optimizer._next_count
+        step = state.get("step")
+        if type(step) is not int or step != next_step:
+            return None
+        leaves += g
+        for name in optimizer.slots:
+            s = match(state.get(name))
+            if s is None:
+                return None
+            leaves += s
+        arrays = [x._value for x in leaves if type(x) is Tensor and not x._weak]
+        arrays.append(count)
+        if tuple([(a.shape, a.dtype) for a in arrays]) != self.signature:
+            return None  # (a leaf that is not a strong Tensor made ``arrays`` short)
+        *outs, count = self.run(*arrays)
+        optimizer._next_count = (step + 1, count)
+        outs = [adopt(o) for o in outs]
+        outs.insert(self.step_at, step + 1)
+        return self.build(outs)
+
+
+def _signature(leaves):
+    """Shapes and dtypes of Tensor leaves (None when one is not a strong Tensor)."""
+    if not all(type(x) is Tensor and not x._weak for x in leaves):
+        return None
+    return tuple([(x._value.shape, x._value.dtype) for x in leaves])
+
+
 def _is_none(x):
     return x is None
 
@@ -221,8 +305,9 @@ def _scatter(outs, live, p_leaves, slot_leaves):
     return full + [outs[-1]]
 
 
-def _grad_leaves(treedef, grads):
-    """The gradient leaves in parameter order; ``None`` marks a leaf without a gradient."""
+def grad_leaves(treedef, grads):
+    """The gradient leaves in parameter order; ``None`` marks a leaf without a gradient (the
+    Trainer reads its gradients so too)."""
     leaves, _ = tree.flatten(grads, is_leaf=_is_none)
     if len(leaves) != treedef.num_leaves:
         raise ValueError(f"gradients {tree.structure(grads)} do not match parameters {treedef}")

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import tree
 from ..array import Array, Tensor, asarray
-from .optimizers import Optimizer, _grad_leaves
+from .optimizers import Optimizer, grad_leaves
 
 __all__ = ["Trainer"]
 
@@ -92,7 +92,7 @@ class Trainer:
                 data.append(d.rebuild(flat[start:start + len(d.arrays)]))
                 start += len(d.arrays)
             value, grads = value_and_grad(loss)(params, *data)
-            g_leaves = _grad_leaves(self._p_tree, grads)
+            g_leaves = grad_leaves(self._p_tree, grads)
             slots = [flat[(1 + j) * n:(2 + j) * n] for j in range(k)]
             new_p, new_slots, count = optimizer.apply(
                 flat[:n], [g_leaves[i] for i in self._live], slots, flat[layout.carried - 1])

@@ -227,7 +227,7 @@ class _Traced:
         from ..core.tracing import bind
 
         if not isinstance(i, Array):
-            i = ops._weak_scalar(float(i), x.dtype)
+            i = ops.weak_scalar(float(i), x.dtype)
         return bind("dynamic_update_add", x, i, ops.broadcast_to(ops.astype(v, x.dtype), x.shape[1:]))
 
     def set_row(self, x, i, v):

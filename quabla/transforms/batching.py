@@ -19,7 +19,6 @@ def batch_graph(graph, mapped, size, out_mapped=None):
     """
     frame = TraceFrame()
     with trace_frame(frame):
-        names = graph.input_names
         env, batched = {}, {}
         for k, (nid, flag) in enumerate(zip(graph.inputs, mapped)):
             shape, dtype = graph.in_avals[k]

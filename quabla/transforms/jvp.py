@@ -12,7 +12,7 @@ __all__ = ["jvp_graph", "materialize"]
 def materialize(value, shape, dtype):
     """A concrete zero for a symbolic ``Zero`` where a graph output needs one."""
     if is_zero(value):
-        return ops.broadcast_to(ops._weak_scalar(0, dtype), shape) if shape else ops._weak_scalar(0, dtype)
+        return ops.broadcast_to(ops.weak_scalar(0, dtype), shape) if shape else ops.weak_scalar(0, dtype)
     return value
 
 

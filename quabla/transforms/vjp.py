@@ -20,7 +20,6 @@ def vjp_graph(graph, wrt, seeds):
     """
     frame = TraceFrame()
     with trace_frame(frame):
-        names = graph.input_names
         primals = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
         env = dict(zip(graph.inputs, primals))
         for nid, node in enumerate(graph.nodes):
@@ -40,7 +39,7 @@ def vjp_graph(graph, wrt, seeds):
             if seed == "input":
                 ct = frame.new_input(shape, dtype, f"cotangent/{k}")
             else:
-                ct = ops.broadcast_to(ops._weak_scalar(1, dtype), shape) if shape else ops._weak_scalar(1, dtype)
+                ct = ops.broadcast_to(ops.weak_scalar(1, dtype), shape) if shape else ops.weak_scalar(1, dtype)
             _accumulate(cts, o, ct)
         active = _depends_on(graph, {graph.inputs[k] for k in wrt})
         for nid in range(len(graph.nodes) - 1, -1, -1):

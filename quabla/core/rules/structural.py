@@ -14,7 +14,7 @@ def _same(x):
 
 
 def _zeros_like(aval):
-    return ops.broadcast_to(ops._weak_scalar(0, aval.dtype), aval.shape)
+    return ops.broadcast_to(ops.weak_scalar(0, aval.dtype), aval.shape)
 
 
 def _linear_jvp(op):

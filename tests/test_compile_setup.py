@@ -1,0 +1,166 @@
+"""What a cold compile sets up besides the entry (docs/compile-time.md, "first-compile set-up"):
+the runtime's helpers are LLVM IR, not Python functions Numba translates, types and compiles
+on their own; the garbage collector does not walk Numba's objects while it compiles; SciPy's
+linalg is imported only for programs that call BLAS. And the helpers give the same bits."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import quabla as qb
+from helpers import staged_graph
+from lowering.interpret import evaluate
+from lowering.numba_cpu import compile_graph
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One cold process: a program with tanh in both float types, integer powers and scalar outputs
+# of every dtype, compiled with Numba's passes and the collector watched.
+PROGRAM = textwrap.dedent("""
+    import collections, gc, json, sys
+    import numpy as np
+    import quabla as qb
+    import lowering.numba_cpu.runtime  # noqa: F401 - imports Numba
+    import numba.core.event as event
+
+    passes = collections.Counter()
+    compiling = []
+    collections_during = []
+
+    class Passes(event.Listener):
+        def on_start(self, ev):
+            passes[ev.data["name"].split(" [")[0]] += 1
+        def on_end(self, ev):
+            pass
+
+    class Compiling(event.Listener):
+        def on_start(self, ev):
+            compiling.append(1)
+        def on_end(self, ev):
+            compiling.pop()
+
+    event.register("numba:run_pass", Passes())
+    event.register("numba:run_pass", Compiling())
+    gc.callbacks.append(lambda phase, info: compiling and phase == "start"
+                        and collections_during.append(info["generation"]))
+
+    def f(x, y):
+        t = qb.tanh(x) ** 3 + qb.sum(qb.tanh(y)).astype(qb.float64)
+        return qb.sum(t * t), qb.sum(y ** 2), qb.any(x > 0.5), t
+    x = qb.array(np.linspace(-2.0, 2.0, 7))
+    y = qb.array(np.linspace(-1.0, 3.0, 5).astype(np.float32))
+    out = qb.jit(f)(x, y)
+    print(json.dumps({"passes": passes, "collections": collections_during,
+                      "scipy_linalg": "scipy.linalg" in sys.modules,
+                      "gc_enabled": gc.isenabled(),
+                      "out": [np.asarray(o).tolist() for o in out]}))
+""")
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    path = tmp_path_factory.mktemp("setup")
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(path / "quabla"),
+               NUMBA_CACHE_DIR=str(path / "numba"), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_only_the_entry_is_translated_and_typed(cold):
+    # tanh was a Numba function compiled per float type; integer powers and casts were
+    # Python helpers whose bytecode Numba translated again at every call site
+    assert cold["passes"]["translate_bytecode"] == 1
+    assert cold["passes"]["nopython_type_inference"] == 1
+
+
+def test_no_collection_while_numba_compiles(cold):
+    assert cold["collections"] == []
+    assert cold["gc_enabled"]
+
+
+def test_no_scipy_linalg_without_products(cold):
+    assert not cold["scipy_linalg"]
+
+
+def test_cold_process_matches_the_interpreter(cold):
+    x = np.linspace(-2.0, 2.0, 7)
+    y = np.linspace(-1.0, 3.0, 5).astype(np.float32)
+    t = np.tanh(x) ** 3 + np.float64(np.sum(np.tanh(y)))
+    np.testing.assert_allclose(cold["out"][0], np.sum(t * t), rtol=1e-6)
+    assert cold["out"][1] == float(np.sum(y.astype(np.float32) ** 2))
+    assert cold["out"][2] is True
+    np.testing.assert_allclose(cold["out"][3], t, rtol=1e-6)
+
+
+def _tanh_reference(x):
+    """The runtime's tanh (lowering/numba_cpu/runtime.py) transcribed to NumPy float64, in
+    the same order of operations: the compiled one must give exactly these bits."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        ax = np.abs(x)
+        z = x * x
+        u = 2.0 * np.where(ax < 22.0, ax, 22.0)
+        k = np.floor(u * 1.4426950408889634 + 0.5)
+        hi = u - k * 6.93147180369123816490e-01
+        lo = k * 1.90821492927058770002e-10
+        r = hi - lo
+        s = r * r
+        c = r - s * (1.66666666666666019037e-01 + s * (-2.77777777770155933842e-03 + s * (
+            6.61375632143793436117e-05 + s * (-1.65339022054652515390e-06
+                                              + s * 4.13813679705723846039e-08))))
+        y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+        e = y * ((k.astype(np.int64) + 1023) << 52).view(np.float64)
+        small = ax < 0.625
+        p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z \
+            - 1.61468768441708447952e3
+        q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z \
+            + 4.84406305325125486048e3
+        t = np.where(small, x * z * p, -2.0) / np.where(small, q, e + 1.0)
+        big = 1.0 + t
+        res = np.where(small, np.where(x != 0.0, x + t, x), np.where(x < 0.0, -big, big))
+        return np.where(ax == ax, res, x)
+
+
+def _sweep():
+    rng = np.random.default_rng(5)
+    return np.concatenate([rng.standard_normal(4000) * s for s in (1e-3, 0.3, 1.0, 4.0, 30.0)]
+                          + [np.linspace(-23.0, 23.0, 4001),
+                             [0.0, -0.0, np.inf, -np.inf, np.nan, 0.625, -0.625, 22.0, 5e-324,
+                              np.nextafter(0.625, 0.0), -np.nextafter(22.0, 0.0), 1e308]])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tanh_gives_the_bits_of_its_algorithm(dtype):
+    with np.errstate(over="ignore"):
+        x = _sweep().astype(dtype)
+    out = np.asarray(qb.jit(qb.tanh)(qb.array(x)))
+    expected = _tanh_reference(x.astype(np.float64)).astype(dtype)
+    np.testing.assert_array_equal(out.view(np.uint8), expected.view(np.uint8))
+
+
+def _compiled_and_interpreted(fn, *args):
+    graph = staged_graph(qb.jit(fn), *args)
+    arrays = [np.asarray(a) for a in args]
+    return compile_graph(graph, {})(*arrays), evaluate(graph, arrays)
+
+
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
+def test_integer_powers_and_casts_match_the_interpreter_bitwise(dtype):
+    def fn(x):
+        powers = [x ** n for n in (0, 1, 2, 3, 5, 8, 13, 64, 1000)]
+        return (sum(powers[1:], powers[0]), qb.sum(x ** 7), qb.sum(x).astype(qb.float64),
+                qb.sum(x).astype(qb.float32), qb.any(x > 1.0))
+    x = qb.array(np.linspace(-1.1, 1.3, 7), dtype)  # sums of up to 8 go in order in NumPy
+    native, reference = _compiled_and_interpreted(fn, x)
+    for a, b in zip(native, reference):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
+                                      np.atleast_1d(b).view(np.uint8))

@@ -1,0 +1,185 @@
+"""The per-call paths of a training loop: generated tree builders and matchers, assembled
+results, the optimizer update's fast path and direct (GIL-holding) native calls. Each must give
+exactly what the general path gives, and fall back to it whenever its assumptions fail."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+
+import quabla as qb
+from quabla import tree
+from quabla.staging import regrouped
+
+Point = collections.namedtuple("Point", "x y")
+
+
+class Box:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __eq__(self, other):
+        return type(other) is Box and (self.a, self.b) == (other.a, other.b)
+
+    def __repr__(self):  # test ids: the same in every pytest-xdist worker
+        return f"Box({self.a!r}, {self.b!r})"
+
+
+tree.register(Box, lambda b: ((b.a, b.b), None), lambda aux, ch: Box(*ch))
+
+TREES = [
+    {"b": 1.0, "a": (2.0, [3.0, None]), "c": {}},
+    (1.0,), [], (), None, 5.0, {2: 1.0, 1: 3.0},
+    {"p": Point(1.0, (2.0, 3.0))}, [Box(1.0, [2.0]), 4.0],
+]
+
+
+@pytest.mark.parametrize("value", TREES, ids=repr)
+def test_builder_and_repeated_unflatten_rebuild_the_tree(value):
+    leaves, treedef = tree.flatten(value)
+    for _ in range(3):  # the second unflatten generates the builder, the third uses it
+        rebuilt = treedef.unflatten(leaves)
+        assert rebuilt == value and type(rebuilt) is type(value)
+    assert treedef.builder()(leaves) == value
+
+
+@pytest.mark.parametrize("value", TREES, ids=repr)
+def test_matcher_returns_the_leaves_of_the_same_structure(value):
+    leaves, treedef = tree.flatten(value)
+    assert treedef.matcher()(value) == leaves
+
+
+def test_matcher_refuses_every_other_structure():
+    match = tree.structure({"a": 1.0, "b": (2.0, 3.0)}).matcher()
+    assert match({"b": (5.0, 6.0), "a": 4.0}) == [4.0, 5.0, 6.0]  # key order does not matter
+    for other in [{"a": 1.0}, {"a": 1.0, "c": (2.0, 3.0)}, {"a": 1.0, "b": [2.0, 3.0]},
+                  {"a": 1.0, "b": (2.0,)}, {"a": (1.0,), "b": (2.0, 3.0)}, [1.0, (2.0, 3.0)],
+                  {"a": 1.0, "b": (2.0, 3.0), "c": 4.0}, {"a": 1.0, "b": (2.0, {"x": 3.0})},
+                  collections.OrderedDict(a=1.0, b=(2.0, 3.0))]:
+        assert match(other) is None, other
+    assert tree.structure([Box(1.0, 2.0)]).matcher()([Box(1.0, 2.0)]) == [1.0, 2.0]
+    assert tree.structure([Box(1.0, 2.0)]).matcher()([Box(1.0, [2.0])]) is None
+
+
+def test_deep_trees_keep_the_recursive_paths():
+    value = 1.0
+    for _ in range(200):
+        value = [value]
+    leaves, treedef = tree.flatten(value)
+    assert treedef.unflatten(leaves) == value and treedef.builder()(leaves) == value
+    assert treedef.matcher()(value) == [1.0]
+
+
+def test_regrouped_assembles_as_the_transform_does():
+    def placing(outs):
+        return {"v": outs[2], "g": (outs[0], None, Box(outs[1], outs[0]))}
+
+    def computing(outs):
+        return outs[0] + 1
+
+    outs = [10.0, 20.0, 30.0]
+    assert regrouped(placing, 3)(outs) == placing(outs)
+    assert regrouped(computing, 1) is computing
+    assert regrouped(lambda outs: (outs[0], outs[1]), 2)([1, 2]) == (1, 2)
+
+
+def _loss(p, x):
+    h = qb.tanh(x[:, None] * p["w"] + p["b"])
+    return qb.mean((h @ p["v"] - qb.sin(x)) ** 2)
+
+
+def _problem():
+    rng = np.random.default_rng(3)
+    params = {"w": qb.array(rng.normal(size=4)), "b": qb.array(rng.normal(size=4)),
+              "v": qb.array(rng.normal(size=4))}
+    return params, qb.linspace(0.0, 1.0, 16)
+
+
+def _train(opt, steps, general=False):
+    params, x = _problem()
+    state = opt.init(params)
+    grad = qb.jit(qb.grad(_loss))
+    for _ in range(steps):
+        if general:
+            opt._fast = None  # the general path on every step
+        params, state = opt.update(params, grad(params, x), state)
+    return params, state
+
+
+@pytest.mark.parametrize("make", [lambda: qb.optim.Adam(0.01, weight_decay=0.1),
+                                  lambda: qb.optim.SGD(0.05, momentum=0.9),
+                                  lambda: qb.optim.SGD(0.05)], ids=["adamw", "momentum", "sgd"])
+def test_fast_update_gives_the_general_paths_bits(make):
+    fast_p, fast_s = _train(make(), 25)
+    slow_p, slow_s = _train(make(), 25, general=True)
+    assert fast_s["step"] == slow_s["step"] == 25
+    for a, b in zip(tree.leaves((fast_p, fast_s)), tree.leaves((slow_p, slow_s))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert type(a) is type(b)
+
+
+def test_fast_update_falls_back_when_its_assumptions_fail():
+    opt = qb.optim.Adam(0.1)
+    params, x = _problem()
+    state0 = opt.init(params)
+    g = qb.jit(qb.grad(_loss))(params, x)
+    p1, s1 = opt.update(params, g, state0)
+    p2, s2 = opt.update(p1, g, s1)  # the fast path
+    assert opt._fast is not None
+    # an earlier state again: the step it holds gives its own bias correction
+    again, _ = opt.update(params, g, state0)
+    for a, b in zip(tree.leaves(again), tree.leaves(p1)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # another shape, another dtype, Python-scalar and NumPy leaves, a missing key
+    wide = {k: qb.array(np.concatenate([np.asarray(v)] * 2)) for k, v in params.items()}
+    wide_g = {k: qb.array(np.concatenate([np.asarray(v)] * 2)) for k, v in g.items()}
+    p, s = opt.update(wide, wide_g, opt.init(wide))
+    assert p["w"].shape == (8,) and s["step"] == 1
+    single = {k: qb.array(np.asarray(v), qb.float32) for k, v in p2.items()}
+    assert opt.update(single, g, s2)[0]["w"].dtype == qb.float32
+    numpy_g = {k: np.asarray(v) for k, v in g.items()}
+    expected = opt.update(p2, g, s2)
+    for a, b in zip(tree.leaves(opt.update(p2, numpy_g, s2)), tree.leaves(expected)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="'v' slot"):
+        opt.update(p2, g, {"step": 2, "m": s2["m"]})
+    # a changed hyperparameter is baked into a new program, not the old fast path
+    opt.learning_rate = 0.0
+    still, _ = opt.update(p2, g, s2)
+    for a, b in zip(tree.leaves(still), tree.leaves(p2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_readme_loop_reaches_pi():
+    def u(x, w):
+        return qb.sin(x * w)
+
+    u_xx = qb.vmap(qb.grad(qb.grad(u)), in_axes=(0, None))
+
+    def loss(w, x):
+        return qb.mean((u_xx(x, w) + math.pi ** 2 * qb.sin(math.pi * x)) ** 2)
+
+    x, w = qb.linspace(0.05, 0.95, 8), qb.array(2.5)
+    opt = qb.optim.Adam(learning_rate=0.05)
+    state = opt.init(w)
+    step = qb.jit(qb.value_and_grad(loss))
+    for _ in range(300):
+        value, g = step(w, x)
+        w, state = opt.update(w, g, state)
+    assert f"{w.item():.6f}" == "3.141593" and state["step"] == 300
+
+
+def test_quick_entries_hold_the_gil_and_loops_do_not():
+    from lowering.numba_cpu import QUICK_ELEMENTS, quick
+
+    small = qb.jit(lambda x: qb.sin(x) * 2.0).lower(qb.ShapeDtype((8,), qb.float64)).graph
+    big = qb.jit(lambda x: qb.sin(x) * 2.0).lower(
+        qb.ShapeDtype((QUICK_ELEMENTS,), qb.float64)).graph
+    loop = qb.jit(lambda x: qb.fori_loop(0, 3, lambda i, c: c * 2.0, x)).lower(
+        qb.ShapeDtype((2,), qb.float64)).graph
+    assert quick(small) and not quick(big) and not quick(loop)
+    f = qb.jit(lambda x: qb.sin(x) * 2.0)
+    x = qb.linspace(0.0, 1.0, 8)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.sin(np.asarray(x)) * 2.0)
