@@ -90,7 +90,7 @@ def test_no_scipy_linalg_without_products(cold):
     assert not cold["scipy_linalg"]
 
 
-def test_cold_process_matches_the_interpreter(cold):
+def test_cold_process_results(cold):
     x = np.linspace(-2.0, 2.0, 7)
     y = np.linspace(-1.0, 3.0, 5).astype(np.float32)
     t = np.tanh(x) ** 3 + np.float64(np.sum(np.tanh(y)))

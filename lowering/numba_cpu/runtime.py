@@ -197,36 +197,26 @@ def _tanh_function(module):
     sides share one division, and every choice is a select, so a loop around it vectorises."""
     if _TANH in module.globals:
         return module.globals[_TANH]
-    double, i64 = ir.DoubleType(), ir.IntType(64)
+    double = ir.DoubleType()
     fn = ir.Function(module, ir.FunctionType(double, [double]), _TANH)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block())
-
-    def c(value):
-        return ir.Constant(double, value)
-
-    def poly(z, coefficients):  # ((c0 z + c1) z + c2) ..., each step a multiply then an add
-        acc = coefficients[0]
-        for k in coefficients[1:]:
-            acc = b.fadd(b.fmul(acc, z), c(k))
-        return acc
-
+    b, c = ir.IRBuilder(fn.append_basic_block()), _double
     (x,) = fn.args
-    ax = b.call(module.declare_intrinsic("llvm.fabs", [double]), [x])
+    ax = _intrinsic_call(b, "llvm.fabs", x)
     z = b.fmul(x, x)
     e = _exp_0_45(b, b.fmul(c(2.0), b.select(b.fcmp_ordered("<", ax, c(22.0)), ax, c(22.0))))
     small = b.fcmp_ordered("<", ax, c(0.625))
     p = b.fsub(b.fmul(b.fsub(b.fmul(c(-9.64399179425052238628e-1), z),
                              c(9.92877231001918586564e1)), z), c(1.61468768441708447952e3))
-    q = poly(z, [b.fadd(z, c(1.12811678491632931402e2)), 2.23548839060100448583e3,
-                 4.84406305325125486048e3])
+    q = b.fadd(b.fmul(b.fadd(b.fmul(b.fadd(z, c(1.12811678491632931402e2)), z),
+                             c(2.23548839060100448583e3)), z), c(4.84406305325125486048e3))
     t = b.fdiv(b.select(small, b.fmul(b.fmul(x, z), p), c(-2.0)),
                b.select(small, q, b.fadd(e, c(1.0))))
     big = b.fadd(c(1.0), t)
     res = b.select(small, b.select(b.fcmp_unordered("!=", x, c(0.0)), b.fadd(x, t), x),
-                   b.select(b.fcmp_ordered("<", x, c(0.0)), b.fsub(c(-0.0), big), big))
+                   b.select(b.fcmp_ordered("<", x, c(0.0)), _negated(b, big), big))
     b.ret(b.select(b.fcmp_ordered("==", ax, ax), res, x))  # NaN: x itself
     return fn
 
@@ -234,11 +224,7 @@ def _tanh_function(module):
 def _exp_0_45(b, x):
     """exp(x) for 0 <= x <= 45 (fdlibm's reduction and rational approximation, < 1 ulp); the
     power of two is built from its bits, so there is no call and no table."""
-    double, i64 = ir.DoubleType(), ir.IntType(64)
-
-    def c(value):
-        return ir.Constant(double, value)
-
+    double, i64, c = ir.DoubleType(), ir.IntType(64), _double
     floor = cgutils.insert_pure_function(b.module, ir.FunctionType(double, [double]), "floor")
     k = b.fptosi(b.call(floor, [b.fadd(b.fmul(x, c(1.4426950408889634)), c(0.5))]), i64)
     kf = b.sitofp(k, double)
@@ -247,9 +233,9 @@ def _exp_0_45(b, x):
     r = b.fsub(hi, lo)
     t = b.fmul(r, r)
     acc = c(4.13813679705723846039e-08)
-    for k_ in (-1.65339022054652515390e-06, 6.61375632143793436117e-05,
-               -2.77777777770155933842e-03, 1.66666666666666019037e-01):
-        acc = b.fadd(c(k_), b.fmul(t, acc))
+    for coefficient in (-1.65339022054652515390e-06, 6.61375632143793436117e-05,
+                        -2.77777777770155933842e-03, 1.66666666666666019037e-01):
+        acc = b.fadd(c(coefficient), b.fmul(t, acc))
     cc = b.fsub(r, b.fmul(t, acc))
     y = b.fsub(c(1.0), b.fsub(b.fsub(lo, b.fdiv(b.fmul(r, cc), b.fsub(c(2.0), cc))), hi))
     scale = b.bitcast(b.shl(b.add(k, ir.Constant(i64, 1023)), ir.Constant(i64, 52)), double)
@@ -265,17 +251,23 @@ def _tanh(typingctx, x):
 
     def codegen(context, builder, sig, args):
         (value,) = args
-        double = ir.DoubleType()
-        wide = value if x == types.float64 else builder.fpext(value, double)
-        out = builder.call(_tanh_function(builder.module), [wide])
+        out = builder.call(_tanh_function(builder.module), [_widened(builder, value)])
         return out if x == types.float64 else builder.fptrunc(out, value.type)
 
     return x(x), codegen
 
 
-@_inline
-def _pow(x, y):
-    return x ** y
+@intrinsic
+def _pow(typingctx, x, y):
+    """``x ** y``, typed and lowered by Numba's own rules for the operator."""
+    sig = typingctx.resolve_function_type(operator.pow, (x, y), {})
+    if sig is None:
+        return None
+
+    def codegen(context, builder, _, args):
+        cast = [context.cast(builder, v, t, u) for v, t, u in zip(args, (x, y), sig.args)]
+        return context.get_function(operator.pow, sig)(builder, cast)
+    return sig.return_type(x, y), codegen
 
 
 def _cast_to(dtype):

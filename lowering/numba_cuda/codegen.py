@@ -22,6 +22,9 @@ intermediates and results are slots of one pooled scratch buffer per dtype
   copied.
 - ``solve``, ``cholesky``, ``triangular_solve``: one thread per matrix of the stack.
 - ``reshape`` is a view; ``pad``, ``concatenate`` and 0-d statements are small gather kernels.
+- A ``scan`` or ``while`` region is a host loop calling its body's (and predicate's) host
+  functions, unless its body is elementwise (``fused_loop_shape``): then the whole loop is
+  ONE kernel, each thread carrying its elements through every step in scalar locals.
 
 Tiling the batch axis (``TileBegin``/``TileEnd``) is a CPU cache optimisation: the statements
 inside a tile loop are run once over whole arrays instead (their order stays valid).
@@ -33,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from quabla.core.graph import Graph, Node
 from quabla.core.primitives import PRIMITIVES
 from quabla.errors import UnsupportedOperationError
 from .. import walk
@@ -49,8 +53,8 @@ RESIDENT = "quabla_device_resident"  # the same on device arrays, returning devi
 STRUCTURAL = frozenset({"input", "constant", "reshape", "pad", "concatenate", "dot_general",
                         "solve", "cholesky", "triangular_solve", "dynamic_index",
                         "dynamic_update_add", "get", "cond", "scan", "while"})
-SUPPORTED = STRUCTURAL | INDEX_MAPS | REDUCTIONS | frozenset(
-    op for op, prim in PRIMITIVES.items() if prim.elementwise and prim.scalar)
+ELEMENTWISE = frozenset(op for op, prim in PRIMITIVES.items() if prim.elementwise and prim.scalar)
+SUPPORTED = STRUCTURAL | INDEX_MAPS | REDUCTIONS | ELEMENTWISE
 
 _INIT = {"reduce_sum": 0.0, "reduce_max": -math.inf, "reduce_min": math.inf,
          "reduce_or": False, "reduce_and": True}
@@ -211,7 +215,8 @@ class _Emitter:
         else:  # slice
             sidx = [f"{s} + {st} * {i}" for i, s, st in
                     zip(idx, params["start_indices"], params["strides"])]
-        return self.read(source, None, sidx)
+        # a 0-d member is a scalar local (only a fused loop's body has such members)
+        return self.read(source, group if src.shape == () else None, sidx)
 
     def scalar_expr(self, node, args):
         expr = scalar_expression(node, args)
@@ -227,6 +232,10 @@ class _Emitter:
                 continue
             if node.op in INDEX_MAPS:
                 expr = self.gather(node, group, idx)
+            elif node.op == "dynamic_index":  # a fused loop's row of an array (fused_loop_shape)
+                x, i = node.operands
+                row = f"_row({self.read(i, group, [])}, {self.nodes[x].shape[0]})"
+                expr = self.read(x, None, [row] + idx)
             else:
                 expr = self.scalar_expr(node, [self.read(o, group, idx) for o in node.operands])
             lines.append(f"s{m} = {expr}")
@@ -619,6 +628,13 @@ class _Emitter:
     def op_scan(self, node, nid, body, length, lower, reverse, n_carry):
         results = self.region_results(node, nid)
         operands = [self.value(o) for o in node.operands]
+        index, *rest = body.inputs
+        if fused_loop_shape(body, rest[:n_carry]) is not None:
+            order = f"range({length - 1}, -1, -1)" if reverse else f"range({length})"
+            dtype = _np(body.nodes[index].dtype.name)
+            loop = [f"for step in {order}:", f"s{index} = {dtype}({lower} + step)"]
+            self.fused_region(body, rest, n_carry, operands + results, loop, [index])
+            return
         self.copy_into(results[:n_carry], operands[:n_carry])
         program = self.sub_program(body)
         index = self.constant(np.arange(lower, lower + length,
@@ -636,12 +652,69 @@ class _Emitter:
     def op_while(self, node, nid, cond_fun, body, n_carry):
         results = self.region_results(node, nid)
         operands = [self.value(o) for o in node.operands]
+        merged, pred = _test_then_step(cond_fun, body)
+        if fused_loop_shape(merged, merged.inputs[:n_carry]) is not None:
+            self.fused_region(merged, merged.inputs, n_carry, operands + results,
+                              ["while True:"],
+                              test=lambda read: [f"if not {read(pred)}:", "    break"])
+            return
         self.copy_into(results, operands[:n_carry])
         test, step = self.sub_program(cond_fun), self.sub_program(body)
         args = ", ".join(results + operands[n_carry:])
         self.host_block([f"while {test}(w, c, {args})[0].copy_to_host()[0]:",
                          f"    r = {step}(w, c, {args})"])
         self.host_block([f"{t}.copy_to_device(r[{k}])" for k, t in enumerate(results)], 1)
+
+    def fused_region(self, graph, inputs, n_carry, arrays, loop, locals_=(),
+                     test=lambda read: []):
+        """Calls a host function running a loop over ``graph`` (``fused_loop_shape``) as ONE
+        kernel (``fused_loop``) on ``arrays``: the region's operands (``inputs`` of the
+        graph), then the arrays of its results."""
+        name = f"region{self.module.regions}"
+        self.module.regions += 1
+        child = _Emitter(graph, self.module, name, top=False)
+        results = child.fused_loop(inputs[:n_carry], loop, locals_, test)
+        params = [f"a{k}" for k in range(len(inputs))] + results
+        source = [f"def {name}(w, c, {', '.join(params)}):"]
+        source += [f"    v{nid} = a{k}" for k, nid in enumerate(inputs)]
+        source += _indent(child.host, 1)
+        self.module.programs.append((name, "\n".join(source) + "\n", [], []))
+        self.host_block([f"{name}(w, c, {', '.join(arrays)})"])
+
+    def fused_loop(self, carries, loop, locals_, test):
+        """The kernel of a fused loop: each thread keeps its elements of the ``carries`` in
+        scalar locals through every step (``loop``: the loop's first line, then the lines
+        starting a step and binding the ``locals_``; ``test(read)``: lines after the body,
+        given the expression ``read(nid)`` of a value), writes its elements of each step's ys
+        (the outputs after the carries, at row ``step``), then of the final carries. Returns
+        the names of the result arrays its kernel writes."""
+        nodes, outputs = self.nodes, self.graph.outputs
+        group = Group(fused_loop_shape(self.graph, carries))
+        for k, node in enumerate(nodes):
+            if node.op == "constant":
+                self.single(k)
+            elif node.op != "input":
+                group.members.append(k)
+        group.member_set = set(group.members) | set(carries) | set(locals_)
+        n = len(carries)
+        results = [f"v{len(nodes) + k}" for k in range(len(outputs))]
+
+        def lines(idx):
+            def at(nid, lead=()):  # a 0-d value is element 0 (of row ``step``)
+                return ", ".join([*lead, *(idx if nodes[nid].shape else [])]) or "0"
+
+            def read(nid):
+                return self.read(nid, group, idx)
+            step = loop[1:] + self.member_lines(group, group.members, idx) + test(read)
+            step += [f"{y}[{at(o, ['step'])}] = {read(o)}"
+                     for y, o in zip(results[n:], outputs[n:])]
+            step.append(", ".join(f"s{c}" for c in carries) + " = "
+                        + ", ".join(read(o) for o in outputs[:n]))
+            return ([f"s{c} = {self.read(c, None, idx)}" for c in carries] + loop[:1]
+                    + _indent(step, 1)
+                    + [f"{r}[{at(c)}] = s{c}" for r, c in zip(results, carries)])
+        self.grid_stride(tuple(group.shape), lines)
+        return results
 
     # -- x[i] with a traced index (see quabla/core/rules/structural.py) ------------------------
     def row_index(self, x, i, idx):
@@ -694,6 +767,58 @@ def _result_avals(node):
         return carry
     return carry + [((params["length"],) + tuple(body.nodes[o].shape), body.nodes[o].dtype.name)
                     for o in body.outputs[n:]]
+
+
+def fused_loop_shape(graph, carries):
+    """The shape S of the carries when a loop body ``graph`` maps element j of its carries to
+    element j of its outputs (next carries, ys), so that one kernel can run the whole loop
+    (``fused_loop``), else None. Its carries and outputs have shape S (at least one element)
+    or are 0-d; every other node but inputs and constants has shape S or () and is
+    - an elementwise op on operands of its own shape (a 0-d one then depends on 0-d values
+      only, which every thread computes alike),
+    - an index map of a 0-d value or of a loop invariant (an input other than the carries,
+      or a constant), which a thread may read anywhere,
+    - or a row read ``dynamic_index(x, i)`` with a 0-d ``i`` of an invariant ``x`` of shape
+      (n, *S) (how a VJP's backward loop reads its step's carry).
+    Anything else (a reduction, a product, an index map of a carry, other indexing, a nested
+    region) leaves the loop on the host."""
+    nodes = graph.nodes
+    shapes = {tuple(nodes[o].shape) for o in list(carries) + list(graph.outputs)} - {()}
+    if len(shapes) > 1 or not carries:
+        return None
+    shape = shapes.pop() if shapes else ()
+    if math.prod(shape) == 0:
+        return None
+    invariant = lambda nid: nodes[nid].op == "constant" or (nodes[nid].op == "input"
+                                                            and nid not in carries)
+    for node in nodes:
+        if node.op in ("input", "constant"):
+            continue
+        operands = [nodes[o] for o in node.operands]
+        if node.op in ELEMENTWISE:
+            ok = all(o.shape == node.shape for o in operands)
+        elif node.op in INDEX_MAPS:
+            ok = operands[0].shape == () or invariant(node.operands[0])
+        elif node.op == "dynamic_index":
+            ok = (operands[1].shape == () and invariant(node.operands[0])
+                  and tuple(operands[0].shape[1:]) == shape)
+        else:
+            ok = False
+        if not ok or tuple(node.shape) not in (shape, ()):
+            return None
+    return shape
+
+
+def _test_then_step(cond_fun, body):
+    """A while loop's ``cond_fun`` and ``body`` as one graph over the body's inputs, which
+    returns the next carries, and the node of the predicate of the carries it was given."""
+    nodes, at = list(body.nodes), dict(zip(cond_fun.inputs, body.inputs))
+    for k, node in enumerate(cond_fun.nodes):
+        if k not in at:
+            at[k] = len(nodes)
+            nodes.append(Node(node.op, tuple(at[o] for o in node.operands), node.params,
+                              node.shape, node.dtype, node.weak))
+    return Graph(nodes, body.inputs, body.outputs), at[cond_fun.outputs[0]]
 
 
 def _statements(graph):
