@@ -124,15 +124,7 @@ def _numba_helpers():
     extension loaded on its own: importing the ``numba`` package costs ~0.3 s."""
     global _helpers
     if _helpers is None:
-        module = sys.modules.get("numba._helperlib")
-        if module is None:
-            folder = os.path.dirname(importlib.util.find_spec("numba").origin)
-            (path,) = [os.path.join(folder, f) for f in os.listdir(folder)
-                       if f.startswith("_helperlib.") and f.endswith(tuple(EXTENSION_SUFFIXES))]
-            loader = ExtensionFileLoader("numba._helperlib", path)
-            module = importlib.util.module_from_spec(
-                importlib.util.spec_from_file_location("numba._helperlib", path, loader=loader))
-            loader.exec_module(module)
+        module = sys.modules.get("numba._helperlib") or _load_extension("numba._helperlib")
         _helpers = {"numba_" + name: address for name, address in module.c_helpers.items()}
     return _helpers
 
@@ -146,10 +138,73 @@ _libraries = []  # the interpreter with libc, then libm (found on first use)
 _NRT_STANDINS = {"NRT_MemInfo_call_dtor": "abort", "NRT_Free": "free"}
 
 
+# SciPy's BLAS, as its ``cython_blas`` extension exports it: {symbol generated code calls:
+# address}, filled on first use (empty without SciPy)
+_blas = None
+_BLAS_MODULE = "scipy.linalg.cython_blas"
+_extensions = []  # extension modules loaded here, kept for the libraries they hold
+
+
+def blas_symbols():
+    """``{"quabla_dgemm": address, "quabla_sgemm": address}``: the Fortran ``dgemm`` and
+    ``sgemm`` that SciPy's ``cython_blas`` exports, from that extension loaded on its own:
+    importing ``scipy.linalg`` costs ~0.15 s, the extension ~15 ms. Left out of
+    ``sys.modules`` (loaded before its package it would lack its attribute there; SciPy's
+    own import gets the same module). Empty without SciPy, or if its integers are not the
+    32-bit ones ``runtime._gemm`` passes."""
+    global _blas
+    with _lock:
+        if _blas is None:
+            _blas = {}
+            module = sys.modules.get(_BLAS_MODULE) or _load_extension(_BLAS_MODULE)
+            for kind in "ds" if module is not None else "":
+                capsule = module.__pyx_capi__[f"{kind}gemm"]
+                signature = _capsule_name(capsule)
+                params = signature.decode().split("(", 1)[1].rstrip(")").split(", ")
+                if [params[i] for i in (2, 3, 4, 7, 9, 12)] != ["int *"] * 6:
+                    _blas = {}
+                    break
+                _blas[f"quabla_{kind}gemm"] = _capsule_pointer(capsule, signature)
+            _extensions.append(module)  # it holds the BLAS library
+    return _blas
+
+
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _load_extension(name):
+    """The extension module ``name`` executed without importing its package, or None where
+    it is not installed."""
+    package, _, leaf = name.rpartition(".")
+    top = importlib.util.find_spec(package.split(".")[0])
+    if top is None or top.origin is None:
+        return None
+    folder = os.path.join(os.path.dirname(top.origin), *package.split(".")[1:])
+    try:
+        (path,) = [os.path.join(folder, f) for f in os.listdir(folder)
+                   if f.startswith(leaf + ".") and f.endswith(tuple(EXTENSION_SUFFIXES))]
+    except (OSError, ValueError):
+        return None
+    known = name in sys.modules
+    loader = ExtensionFileLoader(name, path)
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(name, path, loader=loader))
+    loader.exec_module(module)
+    if not known:  # (Cython registers its modules there itself)
+        sys.modules.pop(name, None)
+    return module
+
+
 def _address(name):
     """Where symbol ``name`` lives in this process."""
     if name.startswith("numba_") and name in _numba_helpers():
         return _numba_helpers()[name]
+    if name.startswith("quabla_") and name in blas_symbols():
+        return blas_symbols()[name]
     if name.startswith("NRT_") and name not in _NRT_STANDINS:
         raise LoadError(f"needs Numba's runtime ({name})")
     if not _libraries:

@@ -164,3 +164,43 @@ def test_integer_powers_and_casts_match_the_interpreter_bitwise(dtype):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
                                       np.atleast_1d(b).view(np.uint8))
+
+
+# A product large enough for BLAS, compiled (cold) and then loaded from the cache (warm) in
+# processes of their own: SciPy's dgemm comes from its cython_blas extension alone, so neither
+# process imports scipy.linalg (~0.15 s) and the warm one does not import Numba; SciPy's own
+# import of the extension afterwards is unaffected.
+BLAS_PROGRAM = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import quabla as qb
+    a = np.linspace(-1.0, 1.0, 96 * 96).reshape(96, 96)
+    b = np.cos(a)
+    out = np.asarray(qb.jit(lambda a, b: a @ b)(qb.array(a), qb.array(b)))
+    report = {"scipy_linalg": "scipy.linalg" in sys.modules, "numba": "numba" in sys.modules,
+              "error": float(np.max(np.abs(out - a @ b)))}
+    import scipy.linalg.cython_blas as blas
+    import scipy.linalg
+    report["scipy_attribute"] = scipy.linalg.cython_blas is blas
+    print(json.dumps(report))
+""")
+
+
+def test_blas_programs_import_neither_scipy_linalg_nor_numba_warm(tmp_path):
+    from lowering.numba_cpu.codegen import blas_available
+
+    if not blas_available():
+        pytest.skip("no SciPy BLAS here")
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path / "quabla"),
+               NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    reports = []
+    for _ in ("cold", "warm"):
+        out = subprocess.run([sys.executable, "-c", BLAS_PROGRAM], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        reports.append(json.loads(out.stdout.splitlines()[-1]))
+    cold, warm = reports
+    assert not cold["scipy_linalg"] and not warm["scipy_linalg"] and not warm["numba"]
+    assert cold["error"] < 1e-12 and warm["error"] < 1e-12
+    assert cold["scipy_attribute"] and warm["scipy_attribute"]

@@ -13,10 +13,12 @@ so the machine code needs no Numba runtime and loads without Numba.
 
 import functools
 import math
+import os
 import re
 
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
+from .. import native
 from ..buffers import PRIVATE, ScratchPlan, dtype_of
 from ..templates import operand_names, scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, last_uses, schedule
@@ -24,9 +26,9 @@ from . import threads
 
 __all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
 
-# Products with at least this many multiply-adds go to BLAS when SciPy (where Numba finds
-# BLAS) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no BLAS
-# threads to wake.
+# Products with at least this many multiply-adds go to BLAS when SciPy (whose dgemm generated
+# code calls) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no
+# BLAS threads to wake.
 BLAS_THRESHOLD = 1 << 18
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
@@ -36,10 +38,8 @@ SMALL_LOOP = 4096
 
 
 def blas_available():
-    import importlib.util
-    import os
-
-    return os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy") is not None
+    """Whether large products go to BLAS: QUABLA_BLAS is not 0 and SciPy's dgemm is found."""
+    return os.environ.get("QUABLA_BLAS", "1") != "0" and bool(native.blas_symbols())
 
 FUNCTION_NAME = "quabla_entry"
 

@@ -9,6 +9,7 @@ import sys
 
 import numba
 import numpy as np
+from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -21,8 +22,8 @@ def _import_arraymath_lazily():
     """Import Numba's ``arraymath`` (its first compile does) without importing SciPy's linalg:
     at import it calls ``ensure_blas`` only to learn whether ``np.dot`` can work, and importing
     ``scipy.linalg`` is 0.1-0.2 s of every cold first call. While it imports, SciPy being
-    installed is the answer; ``_gemm`` runs the real ``ensure_blas`` (the import and its check
-    of LAPACK's integer width) when a program uses BLAS, as Numba's own ``np.dot`` does."""
+    installed is the answer. Generated code does not call ``np.dot``: ``_gemm`` calls SciPy's
+    dgemm itself (``native.blas_symbols``, which checks its integer width)."""
     if "numba.np.arraymath" in sys.modules:
         return
     real = _numba_linalg.ensure_blas
@@ -40,7 +41,7 @@ def _import_arraymath_lazily():
 
 _import_arraymath_lazily()
 
-from ..native import ARRAY_DATA, TUPLE_ITEMS
+from ..native import ARRAY_DATA, TUPLE_ITEMS, blas_symbols
 
 _inline = numba.njit(inline="always", error_model="numpy")
 
@@ -385,38 +386,49 @@ def _store_bool(context, builder, sig, args):
 def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
     """``out`` (m x n) = op(``a``) @ op(``b``) for typed pointers to C-contiguous matrices,
     op transposing the operand whose flag ``ta``/``tb`` is nonzero (then stored as k x m or
-    n x k), by one call of Numba's BLAS helper ``numba_xxgemm`` (the one np.dot calls),
-    without np.dot's shape checks and error paths: a first np.dot costs a compile of its own,
-    and each call site types and lowers them (the code generator has checked the shapes)."""
+    n x k), by one call of SciPy's Fortran ``dgemm``/``sgemm`` (``native.blas_symbols``),
+    without np.dot's typing, shape checks and error paths (the code generator has checked the
+    shapes, and uses BLAS only where ``blas_symbols`` has it)."""
     if not all(isinstance(t, types.CPointer) for t in (a, b, out)) or a.dtype != out.dtype \
             or b.dtype != out.dtype or out.dtype not in (types.float64, types.float32):
         return None
-    _numba_linalg.ensure_blas()
-    kind = {types.float64: "d", types.float32: "s"}[out.dtype]
+    symbol = {types.float64: "quabla_dgemm", types.float32: "quabla_sgemm"}[out.dtype]
+    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])  # for this compile's own linking
 
     def codegen(context, builder, sig, args):
         pa, pb, pc = args[:3]
         m_, k_, n_, ta_, tb_ = (context.cast(builder, v, t, types.intp)
                                 for v, t in zip(args[3:], sig.args[3:]))
-        char, size, void = ir.IntType(8), context.get_value_type(types.intp), _byte_pointer()
+        char, size, int32, void = (ir.IntType(8), context.get_value_type(types.intp),
+                                   ir.IntType(32), _byte_pointer())
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            ir.IntType(32), [char, char, char, size, size, size, void, void, size, void, size,
-                             void, void, size]), "numba_xxgemm")
+            ir.VoidType(), [void, void] + [int32.as_pointer()] * 3 + [void, void,
+            int32.as_pointer(), void, int32.as_pointer(), void, void, int32.as_pointer()]),
+            symbol)
+
+        def by_reference(value, ty):  # Fortran takes every argument by address
+            slot = cgutils.alloca_once(builder, ty)
+            builder.store(value, slot)
+            return slot
+
+        def integer(value):
+            return by_reference(builder.trunc(value, int32), int32)
 
         def operand(trans, pointer, rows, cols):
             # column-major BLAS sees a C matrix transposed: out^T = op(b)^T op(a)^T
             flag = builder.icmp_signed("!=", trans, ir.Constant(size, 0))
-            return (builder.select(flag, ir.Constant(char, ord("t")), ir.Constant(char, ord("n"))),
-                    builder.select(flag, rows, cols), builder.bitcast(pointer, void))
+            letter = builder.select(flag, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
+            return (by_reference(letter, char), integer(builder.select(flag, rows, cols)),
+                    builder.bitcast(pointer, void))
 
         op_a, lda, pa_ = operand(tb_, pb, k_, n_)
         op_b, ldb, pb_ = operand(ta_, pa, m_, k_)
         scalar = context.get_value_type(out.dtype)
         one = cgutils.alloca_once_value(builder, ir.Constant(scalar, 1.0))
         zero = cgutils.alloca_once_value(builder, ir.Constant(scalar, 0.0))
-        builder.call(fn, [ir.Constant(char, ord(kind)), op_a, op_b, n_, m_, k_,
+        builder.call(fn, [op_a, op_b, integer(n_), integer(m_), integer(k_),
                           builder.bitcast(one, void), pa_, lda, pb_, ldb,
-                          builder.bitcast(zero, void), builder.bitcast(pc, void), n_])
+                          builder.bitcast(zero, void), builder.bitcast(pc, void), integer(n_)])
         return context.get_dummy_value()
 
     return types.none(a, b, out, m, k, n, ta, tb), codegen

@@ -20,6 +20,8 @@ import ctypes
 import os
 import threading
 
+from .. import native
+
 __all__ = ["count", "WORTH_ELEMENTS", "run_blocks", "blocks"]
 
 # A tile loop writing fewer elements than this (over all its tiles) runs on the calling
@@ -65,10 +67,7 @@ def _blas_controls():
     it is the one generated code calls)."""
     global _blas
     if _blas is None:
-        try:
-            import scipy.linalg.cython_blas  # noqa: F401
-        except ImportError:
-            pass
+        native.blas_symbols()  # loads SciPy's OpenBLAS, if installed
         try:
             with open("/proc/self/maps") as maps:
                 paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
