@@ -94,7 +94,7 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         outs = self.run(*self.signature.arrays(args, kwargs))
-        return self.signature.assemble([adopt(o) for o in outs])
+        return self.signature.assemble(list(map(adopt, outs)))
 
     @property
     def numba(self):
@@ -189,7 +189,7 @@ class Executable:
                 raise TypeError(f"input {name!r} must be {node.dtype}{list(node.shape)}, got "
                                 f"{value.dtype}{list(value.shape)}")
             arrays.append(value._value)
-        outs = [adopt(o) for o in self.run(*arrays)]
+        outs = list(map(adopt, self.run(*arrays)))
         return outs[0] if self.program.single else outs
 
 

@@ -271,7 +271,7 @@ class Staged:
                     self._cache.move_to_end(entry.key)
                 except KeyError:  # evicted meanwhile by another thread
                     pass
-                return entry.assemble([adopt(o) for o in entry.run(*arrays)])
+                return entry.assemble(list(map(adopt, entry.run(*arrays))))
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
         if diff is None:
@@ -287,7 +287,7 @@ class Staged:
                 _touch(self._cache, key)
                 self._remember_flat(args, entry)
                 outs = entry.run(*[d._value for d in dynamic])
-                return entry.assemble([adopt(o) for o in outs])
+                return entry.assemble(list(map(adopt, outs)))
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
 
     def native_run(self, args):
@@ -356,7 +356,7 @@ class Staged:
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
         self._remember_flat(args, entry)
         outs = entry.run(*[d._value for d in dynamic])
-        return entry.assemble([adopt(o) for o in outs])
+        return entry.assemble(list(map(adopt, outs)))
 
     def _single_flight(self, key, treedef, parts, leaves):
         """``(entry, staged)`` for a missed signature, staged and compiled once however many

@@ -215,65 +215,66 @@ class Adam(Optimizer):
 
 class _FastUpdate:
     """The update of one parameter signature for a host training loop, without the general
-    path's flattening, TreeDef comparisons and staged dispatch: the trees are matched
-    against the parameters' structure, the leaves checked against the signature, the
-    compiled program's ``run`` called on their arrays and the results built by one generated
-    expression. Anything else (a new structure or signature, a traced step, weak or
-    non-Tensor leaves) takes the general path, which makes a new one."""
+    path's flattening, TreeDef comparisons and staged dispatch: straight-line code generated
+    for the signature matches the trees (``TreeDef.matcher``), checks each leaf's type, shape
+    and dtype, calls the compiled program's ``run`` on their arrays and builds ``(params,
+    state)`` in one expression. Anything else (a new structure or signature, a traced step,
+    weak or non-Tensor leaves) makes ``update`` return None: the general path, which makes a
+    new one."""
 
-    __slots__ = ("optimizer", "treedef", "match", "signature", "run", "build", "step_at")
+    __slots__ = ("treedef", "signature", "update")
 
     @classmethod
     def of(cls, optimizer, treedef, leaves):
         """The fast path of the call just made with ``leaves`` (parameters, gradients, slots,
         count), or None when the program did not compile to native code."""
-        signature = _signature(leaves)  # the count's too, as ``update`` checks it
+        signature = _signature(leaves)
         if signature is None:
             return None
         run = optimizer._program(treedef.num_leaves).native_run(leaves)
         if run is None:
             return None
         self = cls()
-        self.optimizer, self.treedef, self.match = optimizer, treedef, treedef.matcher()
-        self.signature, self.run = signature, run
-        # the result ``(params, state)``: the program's outputs with the new step among the
-        # slots, where the state's sorted keys put it
-        params = treedef.unflatten(leaves[:treedef.num_leaves])
-        result = tree.structure((params, {"step": 0, **{name: params for name in
-                                                          optimizer.slots}}))
-        self.build = result.builder()
-        self.step_at = treedef.num_leaves * (1 + sum(name < "step" for name in optimizer.slots))
+        self.treedef, self.signature = treedef, signature
+        self.update = _generated_update(optimizer, treedef, signature, run)
         return self
 
     def serves(self, treedef, leaves):
         return treedef == self.treedef and _signature(leaves) == self.signature
 
-    def update(self, params, grads, state):
-        """``optimizer.update``'s result, or None to take the general path."""
-        match = self.match
-        leaves, g = match(params), match(grads)
-        if leaves is None or g is None or type(state) is not dict:
-            return None
-        optimizer = self.optimizer
-        next_step, count = optimizer._next_count
-        step = state.get("step")
-        if type(step) is not int or step != next_step:
-            return None
-        leaves += g
-        for name in optimizer.slots:
-            s = match(state.get(name))
-            if s is None:
-                return None
-            leaves += s
-        arrays = [x._value for x in leaves if type(x) is Tensor and not x._weak]
-        arrays.append(count)
-        if tuple([(a.shape, a.dtype) for a in arrays]) != self.signature:
-            return None  # (a leaf that is not a strong Tensor made ``arrays`` short)
-        *outs, count = self.run(*arrays)
-        optimizer._next_count = (step + 1, count)
-        outs = [adopt(o) for o in outs]
-        outs.insert(self.step_at, step + 1)
-        return self.build(outs)
+
+def _generated_update(optimizer, treedef, signature, run):
+    """``update(params, grads, state)`` for ``_FastUpdate``: ``signature`` holds the shape and
+    dtype of each leaf (parameters, gradients, each slot) and of the count."""
+    n, slots = treedef.num_leaves, optimizer.slots
+    params = treedef.unflatten([None] * n)
+    result = tree.structure((params, {"step": 0, **{name: params for name in slots}}),
+                            is_leaf=_is_none)  # the new step sits among the slots' leaves
+    namespace = {"Tensor": Tensor, "adopt": adopt, "match": treedef.matcher(), "run": run,
+                 "build": result.builder(), "optimizer": optimizer}
+    lines = ["def update(params, grads, state):",
+             "    if type(state) is not dict: return None",
+             "    next_step, count = optimizer._next_count",
+             "    step = state.get('step')",
+             "    if type(step) is not int or step != next_step: return None"]
+    trees = ["params", "grads"] + [f"state.get({name!r})" for name in slots]
+    for t, source in enumerate(trees):
+        lines += [f"    leaves = match({source})", "    if leaves is None: return None",
+                  f"    {''.join(f'x{t * n + i}, ' for i in range(n))}= leaves"]
+    for k, (shape, dtype) in enumerate(signature[:-1]):
+        namespace[f"s{k}"], namespace[f"d{k}"] = shape, dtype
+        lines += [f"    if type(x{k}) is not Tensor or x{k}._weak: return None",
+                  f"    a{k} = x{k}._value",
+                  f"    if a{k}.shape != s{k} or a{k}.dtype != d{k}: return None"]
+    outs = [f"o{k}" for k in range(len(signature) - 1 - n)]  # parameters and slots
+    arrays = "".join(f"a{k}, " for k in range(len(signature) - 1))
+    results = [f"adopt({o})" for o in outs]
+    results.insert(n * (1 + sum(name < "step" for name in slots)), "step + 1")
+    lines += [f"    {''.join(o + ', ' for o in outs)}count = run({arrays}count)",
+              "    optimizer._next_count = (step + 1, count)",
+              f"    return build([{', '.join(results)}])"]
+    exec("\n".join(lines) + "\n", namespace)
+    return namespace["update"]
 
 
 def _signature(leaves):
