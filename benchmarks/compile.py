@@ -178,11 +178,10 @@ def measure(case, with_jax, timeout):
     import run
 
     out = {}
-    with tempfile.TemporaryDirectory(prefix=f"qb-compile-{case}-") as cache_dir:
-        out["quabla"] = run.spawn(__file__, ("quabla", case, "cold"), cache_dir, timeout)
-    if with_jax:
-        with tempfile.TemporaryDirectory(prefix=f"qb-compile-{case}-jax-") as cache_dir:
-            out["jax"] = run.spawn(__file__, ("jax", case, "cold"), cache_dir, timeout)
+    for impl in ("quabla", "jax") if with_jax else ("quabla",):
+        run.prime(__file__, (impl, case, "cold"), timeout)
+        with tempfile.TemporaryDirectory(prefix=f"qb-compile-{case}-{impl}-") as cache_dir:
+            out[impl] = run.spawn(__file__, (impl, case, "cold"), cache_dir, timeout)
     return out
 
 

@@ -24,7 +24,8 @@ Problems:
 
 Every measurement runs in a subprocess of its own. For each (problem, implementation) a cold
 process starts with empty compile caches (fresh QUABLA_CACHE_DIR, NUMBA_CACHE_DIR and JAX
-persistent-cache directories), then a warm process reuses the same directories; the warm
+persistent-cache directories; after one discarded run, so that the libraries' files are in the
+OS page cache: ``prime``), then a warm process reuses the same directories; the warm
 process also measures the steady-state step (timeit: the minimum over many repeats). First-call
 times are reported without and with the library import. Ratios are Quabla / peer: below 1 means
 Quabla is faster. Nothing here asserts on time. An implementation that fails prints "n/a"
@@ -32,7 +33,7 @@ Quabla is faster. Nothing here asserts on time. An implementation that fails pri
 reference interpreter while a back end is unavailable.
 
 Matrix products in Quabla's and the hand-written kernels' generated code go through the BLAS
-that Numba takes from SciPy (OpenBLAS, one thread per core by default). On a loaded machine its
+that SciPy ships (OpenBLAS, one thread per core by default). On a loaded machine its
 threads contend badly with small products; --blas-threads 1 pins them, and the header prints
 the setting in effect.
 """
@@ -204,6 +205,15 @@ def importable(module):
     return subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+def prime(script, child_args, timeout):
+    """One run of ``script``'s child in compile caches of its own, discarded, before a measured
+    cold run: the libraries' files (Numba's and llvmlite's, jaxlib's) are then in the OS page
+    cache, which this kind of machine empties when idle, so a cold run times an empty compile
+    cache and not a cold disk."""
+    with tempfile.TemporaryDirectory(prefix="qb-bench-prime-") as cache_dir:
+        spawn(script, child_args, cache_dir, timeout)
+
+
 def measure(problem, impls, timeout):
     results = {}
     for impl in impls:
@@ -212,6 +222,7 @@ def measure(problem, impls, timeout):
                 results[impl] = {"warm": spawn(__file__, (impl, problem, "warm"), cache_dir,
                                                timeout)}
                 continue
+            prime(__file__, (impl, problem, "cold"), timeout)
             cold = spawn(__file__, (impl, problem, "cold"), cache_dir, timeout)
             warm = (spawn(__file__, (impl, problem, "warm"), cache_dir, timeout)
                     if "error" not in cold else cold)

@@ -135,3 +135,25 @@ def test_offsets_fold_literals_and_unit_axes():
     assert _flat_index((1, 4), ["j", "k + 1"]) == "k + 1"
     assert _flat_index((6, 2), ["(r + i0)", "3 - i1"]) == "2 * (r + i0) + 3 - i1"
     assert _flat_index((2, 2), ["0", "0"]) == "0"
+
+
+def test_copies_and_zero_fills_are_calls_not_loops():
+    """Carry copies are one memmove (``_copy``) and zero fills one memset (``_zero``): a loop
+    each cost Numba typing and LLVM a vectorised loop with overlap checks (a third of the
+    scan integrator's cold compile)."""
+    from lowering.numba_cpu import module_source
+
+    def f(x, w):
+        def body(c, i):
+            return (c[0] * w + c[1], qb.sin(c[0])), c[0] * 2.0
+        (a, b), ys = qb.scan(body, (x, x * 0.5), length=5)
+        return qb.sum(a * b) + qb.sum(ys)
+
+    spec = qb.ShapeDtype((16,), qb.float64)
+    source = module_source(qb.jit(qb.value_and_grad(f)).lower(spec, spec).graph)[0]
+    sums = qb.jit(lambda x: qb.sum(qb.sin(x), axis=0)).lower(qb.ShapeDtype((8, 16), qb.float64))
+    source += module_source(sums.graph)[0]  # its accumulator row starts as zeros
+    assert "_copy(" in source and "_zero(" in source
+    single_copy_loop = re.compile(r"while i0 < \d+:\n +\w+\[i0\] = \w+\[i0\]\n +i0 \+= 1\n")
+    zero_loop = re.compile(r"while i0 < \d+:\n +\w+\[i0\] = (0|0\.0|False)\n +i0 \+= 1\n")
+    assert not single_copy_loop.search(source) and not zero_loop.search(source)

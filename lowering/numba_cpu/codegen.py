@@ -304,7 +304,9 @@ class _Emitter:
             self.slot_of[var] = (buffer, start)
             self.views[(buffer, start, shape)] = var
         self.shapes[var] = shape
-        if fill is not None:  # a loop: ndarray.fill costs a Numba compile per array type
+        if fill is not None and fill in _ZERO_BITS:
+            self.emit(f"_zero({var}, {math.prod(shape)})")
+        elif fill is not None:  # a loop: ndarray.fill costs a Numba compile per array type
             self.loops((math.prod(shape),), f"{var}[i0] = {fill}")
 
     def at(self, var, idx):
@@ -312,8 +314,8 @@ class _Emitter:
         return f"{var}[{_flat_index(self.shapes[var], idx)}]"
 
     def copy(self, target, source, shape):
-        """``target`` = ``source``, both C-contiguous arrays of ``shape``: one flat loop."""
-        self.loops((math.prod(shape),), f"{target}[i0] = {source}[i0]")
+        """``target`` = ``source``, both C-contiguous arrays of ``shape`` and one dtype."""
+        self.emit(f"_copy({target}, {source}, {math.prod(shape)})")
 
     def reshaped(self, name, shape, var=None):
         """``name`` seen with ``shape`` (C order), as ``var`` if given: ``name`` itself when
@@ -969,6 +971,10 @@ def node_id(var):
 
 _INTEGER = re.compile(r"^-?\d+$")
 _ATOM = re.compile(r"^(\w+|\([^()]*\))$")
+
+
+# Fill values whose bits are all zero: a memset (runtime._zero) instead of a loop.
+_ZERO_BITS = frozenset(["0", "0.0", "False", "np.float32(0.0)"])
 
 
 def _flat_index(shape, idx):

@@ -362,6 +362,43 @@ def _offset(typingctx, pointer, n):
     return pointer(pointer, types.intp), codegen
 
 
+def _itemsize(context, pointer_type):
+    return context.get_abi_sizeof(context.get_data_type(pointer_type.dtype))
+
+
+@intrinsic
+def _copy(typingctx, target, source, n):
+    """``n`` elements of ``source`` to ``target`` (pointers of one dtype): one ``llvm.memmove``,
+    not a loop for Numba to type and LLVM to vectorise with its own overlap checks."""
+    if not (isinstance(target, types.CPointer) and target == source):
+        return None
+
+    def codegen(context, builder, sig, args):
+        dst, src, count = args
+        cgutils.raw_memmove(builder, dst, src, context.cast(builder, count, n, types.intp),
+                            _itemsize(context, target))
+        return context.get_dummy_value()
+
+    return types.none(target, source, n), codegen
+
+
+@intrinsic
+def _zero(typingctx, target, n):
+    """``n`` elements of ``target`` set to zero bits (0, 0.0, False): one ``llvm.memset``."""
+    if not isinstance(target, types.CPointer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        dst, count = args
+        length = builder.mul(context.cast(builder, count, n, types.intp),
+                             ir.Constant(context.get_value_type(types.intp),
+                                         _itemsize(context, target)))
+        cgutils.memset(builder, dst, length, 0)
+        return context.get_dummy_value()
+
+    return types.none(target, n), codegen
+
+
 # Numba loads and stores through a typed pointer with the element's value type, which for a
 # bool (i1 in registers, a byte in memory) is the wrong width: these convert, as arrays do.
 _BOOL_POINTER = types.CPointer(types.boolean)
@@ -438,7 +475,7 @@ __all__ = [name for name in dir() if name.startswith("_") and not name.startswit
            and name not in ("_inline", "_numba_linalg", "_import_arraymath_lazily",
                             "_float_helper", "_double", "_widened", "_intrinsic_call",
                             "_libm_call", "_negated", "_positive_part", "_extremum",
-                            "_byte_pointer", "_field", "_TANH", "_tanh_function", "_exp_0_45",
+                            "_byte_pointer", "_itemsize", "_field", "_TANH", "_tanh_function", "_exp_0_45",
                             "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool")]
 
 
