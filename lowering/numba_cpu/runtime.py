@@ -94,24 +94,25 @@ def _negated(builder, x):
     return builder.fsub(ir.Constant(x.type, -0.0), x)  # as Numba negates: -0.0 - x
 
 
+def _logarithm(builder, x, pole, value):
+    """``value if x > pole else (-math.inf if x == pole else math.nan)``: a logarithm's
+    domain, as the NumPy reference has it."""
+    pole = ir.Constant(x.type, pole)
+    return builder.select(builder.fcmp_ordered(">", x, pole), _widened(builder, value),
+                          builder.select(builder.fcmp_ordered("==", x, pole),
+                                         _double(-math.inf), _double(math.nan)))
+
+
 @_float_helper(promotes=True)
 def _log(builder, x):
     """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
-    zero = ir.Constant(x.type, 0.0)
-    return builder.select(builder.fcmp_ordered(">", x, zero),
-                          _widened(builder, _intrinsic_call(builder, "llvm.log", x)),
-                          builder.select(builder.fcmp_ordered("==", x, zero),
-                                         _double(-math.inf), _double(math.nan)))
+    return _logarithm(builder, x, 0.0, _intrinsic_call(builder, "llvm.log", x))
 
 
 @_float_helper(promotes=True)
 def _log1p(builder, x):
     """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``"""
-    minus_one = ir.Constant(x.type, -1.0)
-    return builder.select(builder.fcmp_ordered(">", x, minus_one),
-                          _widened(builder, _libm_call(builder, "log1p", x)),
-                          builder.select(builder.fcmp_ordered("==", x, minus_one),
-                                         _double(-math.inf), _double(math.nan)))
+    return _logarithm(builder, x, -1.0, _libm_call(builder, "log1p", x))
 
 
 @_float_helper(promotes=True)
@@ -475,7 +476,8 @@ __all__ = [name for name in dir() if name.startswith("_") and not name.startswit
            and name not in ("_inline", "_numba_linalg", "_import_arraymath_lazily",
                             "_float_helper", "_double", "_widened", "_intrinsic_call",
                             "_libm_call", "_negated", "_positive_part", "_extremum",
-                            "_byte_pointer", "_itemsize", "_field", "_TANH", "_tanh_function", "_exp_0_45",
+                            "_byte_pointer", "_itemsize", "_logarithm", "_field", "_TANH",
+                            "_tanh_function", "_exp_0_45",
                             "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool")]
 
 
