@@ -34,7 +34,6 @@ Nothing asserts on time.
 
 import argparse
 import collections
-import json
 import os
 import sys
 import tempfile
@@ -233,9 +232,7 @@ def main(argv=None):
         print(f"  measured {case}", flush=True)
     print()
     print(table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    run.save_json(args.json, results)
     return 0
 
 

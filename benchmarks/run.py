@@ -369,10 +369,15 @@ def main(argv=None):
         print(f"  measured {problem} in {time.perf_counter() - start:.1f} s", flush=True)
     print()
     print(table(all_results, impls))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(all_results, f, indent=2)
+    save_json(args.json, all_results)
     return 0
+
+
+def save_json(path, results):
+    """The raw results of a benchmark script to ``path`` (its --json option), if given."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

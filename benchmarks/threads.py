@@ -13,7 +13,6 @@ threads: XLA's CPU client uses every core). Nothing asserts on time.
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -90,9 +89,7 @@ def main(argv=None):
         for key, value in row.items():
             if "error" in value:
                 print(f"    {key}: {value['error']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    run.save_json(args.json, results)
     return 0
 
 

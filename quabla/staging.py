@@ -265,6 +265,7 @@ class Staged:
     def __call__(self, *args):
         arrays = [a._value for a in args if type(a) is Tensor and not a._weak]
         if len(arrays) == len(args):
+            # _flat_key and _touch, inlined: this is every call's dispatch
             entry = self._flat.get(tuple([(a.shape, a.dtype) for a in arrays]))
             if entry is not None:
                 try:
@@ -294,13 +295,13 @@ class Staged:
         """``run`` of the program compiled for ``args``, all Tensors (flat raw arrays in and
         out), or None when there is none yet: for a caller that keeps its own signature-keyed
         fast path (``Optimizer.update``) and checks the signature itself."""
-        entry = self._flat.get(tuple([(a._value.shape, a._value.dtype) for a in args]))
+        entry = self._flat.get(_flat_key([a._value for a in args]))
         return None if entry is None else entry.run
 
     def _remember_flat(self, args, entry):
         """The fast path's table; weak Tensors are left to the full signature."""
         if all(type(a) is Tensor and not a._weak for a in args):
-            self._flat[tuple([(a._value.shape, a._value.dtype) for a in args])] = entry
+            self._flat[_flat_key([a._value for a in args])] = entry
 
     def _argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
@@ -525,6 +526,12 @@ def regrouped(assemble, n):
     if order == list(range(n)):
         return build
     return lambda outs: build([outs[i] for i in order])
+
+
+def _flat_key(arrays):
+    """The fast path's key of a call whose arguments are all strong Tensors: their arrays'
+    shapes and dtypes."""
+    return tuple([(a.shape, a.dtype) for a in arrays])
 
 
 def _touch(cache, key):

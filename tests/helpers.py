@@ -113,3 +113,22 @@ def pinn_loss(w, x):
 
 
 PINN_X = qb.linspace(0.05, 0.95, 8)  # its collocation points
+
+
+def mse(params, xs, ys):
+    """The linear-regression loss the Trainer tests train."""
+    pred = xs @ params["w"] + params["b"]
+    return qb.mean((pred - ys) ** 2)
+
+
+def linear_data(n, seed=0):
+    """``(xs, ys)``: ``n`` rows of 3 features and their exact linear targets."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 3))
+    return xs, xs @ np.array([1.0, -2.0, 0.5]) + 0.3
+
+
+def linear_params():
+    """Parameters of ``mse``, with a bool leaf that gets no gradient."""
+    return {"w": qb.zeros(3), "b": qb.array(0.0), "frozen": qb.array([True])}
+

@@ -10,7 +10,7 @@ import pytest
 import quabla as qb
 
 
-from helpers import PINN_X as X, pinn_loss  # noqa: E402
+from helpers import PINN_X as X, mse, pinn_loss, linear_data, linear_params  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,27 +39,11 @@ def test_trainer_equals_the_pure_loop_bit_for_bit(readme_trainer):
     assert value.numpy().tobytes() == readme_trainer.loss().numpy().tobytes()
 
 
-def mse(params, xs, ys):
-    pred = xs @ params["w"] + params["b"]
-    return qb.mean((pred - ys) ** 2)
-
-
-def _regression(n=16, seed=0):
-    rng = np.random.default_rng(seed)
-    xs = rng.normal(size=(n, 3))
-    ys = xs @ np.array([1.0, -2.0, 0.5]) + 0.3
-    return xs, ys
-
-
-def _params():
-    return {"w": qb.zeros(3), "b": qb.array(0.0), "frozen": qb.array([True])}
-
-
 def test_batches_replace_data_and_are_checked():
-    xs, ys = _regression()
+    xs, ys = linear_data(16)
     opt = qb.optim.SGD(0.1, momentum=0.9)
-    trainer = qb.optim.Trainer(mse, _params(), opt, xs[:8], ys[:8], batch_argnums=(0, 1))
-    pure_p, state = _params(), opt.init(_params())
+    trainer = qb.optim.Trainer(mse, linear_params(), opt, xs[:8], ys[:8], batch_argnums=(0, 1))
+    pure_p, state = linear_params(), opt.init(linear_params())
     grad = qb.jit(qb.value_and_grad(mse))
     for k in range(6):
         batch = (xs[8 * (k % 2):8 * (k % 2) + 8], ys[8 * (k % 2):8 * (k % 2) + 8])
@@ -81,8 +65,8 @@ def test_batches_replace_data_and_are_checked():
 
 
 def test_retained_data_needs_no_arguments_and_rejects_them():
-    xs, ys = _regression()
-    trainer = qb.optim.Trainer(mse, _params(), qb.optim.Adam(0.1), xs, ys)
+    xs, ys = linear_data(16)
+    trainer = qb.optim.Trainer(mse, linear_params(), qb.optim.Adam(0.1), xs, ys)
     with pytest.raises(TypeError, match="0 batch argument"):
         trainer.step(xs)
     with pytest.raises(RuntimeError, match="no step"):
@@ -90,8 +74,8 @@ def test_retained_data_needs_no_arguments_and_rejects_them():
 
 
 def test_fit_records_history_calls_back_and_feeds_batches():
-    xs, ys = _regression(32)
-    trainer = qb.optim.Trainer(mse, _params(), qb.optim.Adam(0.05), xs[:8], ys[:8],
+    xs, ys = linear_data(32)
+    trainer = qb.optim.Trainer(mse, linear_params(), qb.optim.Adam(0.05), xs[:8], ys[:8],
                                batch_argnums=(0, 1))
     seen = []
     batches = [(xs[i:i + 8], ys[i:i + 8]) for i in range(0, 32, 8)] * 10
@@ -116,14 +100,14 @@ def test_fit_stops_on_a_nonfinite_loss_and_keeps_the_parameters():
 
 
 def test_resume_from_a_checkpoint_is_bit_identical(tmp_path):
-    xs, ys = _regression()
+    xs, ys = linear_data(16)
     opt = qb.optim.Adam(qb.optim.schedules.cosine_decay(0.1, 20), weight_decay=0.01)
-    full = qb.optim.Trainer(mse, _params(), opt, xs, ys)
+    full = qb.optim.Trainer(mse, linear_params(), opt, xs, ys)
     full.fit(20, progress=False)
-    first = qb.optim.Trainer(mse, _params(), opt, xs, ys)
+    first = qb.optim.Trainer(mse, linear_params(), opt, xs, ys)
     first.fit(8, progress=False)
     qb.save(tmp_path / "trainer.qb", first.state_dict())
-    resumed = qb.optim.Trainer(mse, _params(), opt, xs, ys)
+    resumed = qb.optim.Trainer(mse, linear_params(), opt, xs, ys)
     resumed.load_state_dict(qb.load(tmp_path / "trainer.qb"))
     assert resumed.steps == 8
     resumed.fit(12, progress=False)
@@ -134,13 +118,14 @@ def test_resume_from_a_checkpoint_is_bit_identical(tmp_path):
     with pytest.raises(ValueError, match="params"):
         resumed.load_state_dict({"params": {"w": qb.zeros(3)}, "opt_state": state})
     with pytest.raises(ValueError, match=r"expected float64\[3\]"):
-        resumed.load_state_dict({"params": dict(_params(), w=qb.zeros(4)), "opt_state": state})
+        resumed.load_state_dict({"params": dict(linear_params(), w=qb.zeros(4)),
+                                 "opt_state": state})
 
 
 def test_a_pure_optimizer_state_feeds_the_trainer_and_back():
-    xs, ys = _regression()
+    xs, ys = linear_data(16)
     opt = qb.optim.SGD(0.05, momentum=0.5)
-    trainer = qb.optim.Trainer(mse, _params(), opt, xs, ys)
+    trainer = qb.optim.Trainer(mse, linear_params(), opt, xs, ys)
     trainer.fit(3, progress=False)
     state = trainer.state_dict()
     params, opt_state = state["params"], state["opt_state"]
@@ -153,9 +138,9 @@ def test_a_pure_optimizer_state_feeds_the_trainer_and_back():
 
 def test_bad_arguments():
     with pytest.raises(TypeError, match="optimizer"):
-        qb.optim.Trainer(mse, _params(), "adam")
+        qb.optim.Trainer(mse, linear_params(), "adam")
     with pytest.raises(ValueError, match="batch_argnums"):
-        qb.optim.Trainer(mse, _params(), qb.optim.SGD(), qb.zeros((2, 3)), batch_argnums=3)
+        qb.optim.Trainer(mse, linear_params(), qb.optim.SGD(), qb.zeros((2, 3)), batch_argnums=3)
     with pytest.raises(qb.UnsupportedOperationError) as info:
         qb.optim.Trainer(pinn_loss, qb.array(2.5), qb.optim.Adam(), X, device="cuda")
     assert info.value.device == "cuda"

@@ -32,22 +32,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-from helpers import PINN_X as X, pinn_loss  # noqa: E402
-
-
-def mse(params, xs, ys):
-    pred = xs @ params["w"] + params["b"]
-    return qb.mean((pred - ys) ** 2)
-
-
-def _regression(n=8, seed=0):
-    rng = np.random.default_rng(seed)
-    xs = rng.normal(size=(n, 3))
-    return xs, xs @ np.array([1.0, -2.0, 0.5]) + 0.3
-
-
-def _params():
-    return {"w": qb.zeros(3), "b": qb.array(0.0), "frozen": qb.array([True])}
+from helpers import PINN_X as X, mse, pinn_loss, linear_data, linear_params  # noqa: E402
 
 
 def _trainer(loss, params, opt, *data, device, **kw):
@@ -90,19 +75,19 @@ def case_readme_pinn_converges_and_agrees_with_the_cpu(device):
 def case_resume_is_bit_identical(device):
     """state_dict -> qb.save -> qb.load -> load_state_dict, then continue: the same bits as an
     uninterrupted run (Adam with weight decay and a schedule; SGD with Nesterov momentum)."""
-    xs, ys = _regression()
+    xs, ys = linear_data(8)
     for opt in (qb.optim.Adam(qb.optim.schedules.cosine_decay(0.1, 6), weight_decay=0.01),
                 qb.optim.SGD(0.05, momentum=0.9, nesterov=True)):
-        full = _trainer(mse, _params(), opt, xs, ys, device=device)
+        full = _trainer(mse, linear_params(), opt, xs, ys, device=device)
         for _ in range(6):
             full.step()
-        first = _trainer(mse, _params(), opt, xs, ys, device=device)
+        first = _trainer(mse, linear_params(), opt, xs, ys, device=device)
         for _ in range(3):
             first.step()
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trainer.qb")
             qb.save(path, first.state_dict())
-            resumed = _trainer(mse, _params(), opt, xs, ys, device=device)
+            resumed = _trainer(mse, linear_params(), opt, xs, ys, device=device)
             resumed.load_state_dict(qb.load(path))
         assert resumed.steps == 3
         for _ in range(3):
@@ -113,17 +98,18 @@ def case_resume_is_bit_identical(device):
         state = resumed.state_dict()["opt_state"]
         assert state["step"] == 6 and set(state) == {"step", *opt.slots}
         with pytest.raises(ValueError, match=r"expected float64\[3\]"):
-            resumed.load_state_dict({"params": dict(_params(), w=qb.zeros(4)),
+            resumed.load_state_dict({"params": dict(linear_params(), w=qb.zeros(4)),
                                      "opt_state": state})
 
 
 def case_batches_are_checked_and_uploaded(device):
     """step(*batch) replaces the batch data (matching the CPU Trainer); a wrong structure,
     shape or dtype is the CPU's ValueError naming the mismatch, and the step is not taken."""
-    xs, ys = _regression(n=8)
+    xs, ys = linear_data(8)
     opt = qb.optim.SGD(0.1, momentum=0.5)
-    trainer = _trainer(mse, _params(), opt, xs[:4], ys[:4], device=device, batch_argnums=(0, 1))
-    cpu = _trainer(mse, _params(), opt, xs[:4], ys[:4], device="cpu", batch_argnums=(0, 1))
+    trainer = _trainer(mse, linear_params(), opt, xs[:4], ys[:4], device=device,
+                       batch_argnums=(0, 1))
+    cpu = _trainer(mse, linear_params(), opt, xs[:4], ys[:4], device="cpu", batch_argnums=(0, 1))
     for k in range(4):
         batch = (xs[4 * (k % 2):4 * (k % 2) + 4], ys[4 * (k % 2):4 * (k % 2) + 4])
         trainer.step(*batch)
@@ -146,8 +132,8 @@ def case_batches_are_checked_and_uploaded(device):
 def case_operands_stay_resident(device):
     """Parameters, moments, the step count and retained data are device arrays after step(),
     and step() makes no host transfer: no readback and no upload (counted)."""
-    xs, ys = _regression()
-    trainer = _trainer(mse, _params(), qb.optim.Adam(0.1), xs, ys, device=device)
+    xs, ys = linear_data(8)
+    trainer = _trainer(mse, linear_params(), qb.optim.Adam(0.1), xs, ys, device=device)
     trainer.step()
     values = list(trainer._values)
     assert values and all(_on_device(device, v) for v in values)
