@@ -53,6 +53,10 @@ _MANIFEST = {"key": str, "entry": str, "symbols": list, "sha256": str}
 _DIRS = None  # (directory new entries go to, ((directory, owner uid) read in order, ...))
 
 
+# the modules of lowering/numba_cpu whose code is compiled into every entry's machine code
+_LINKED_IN = ("runtime.py", "kernels.py", "target.py")
+
+
 def _numba_version():
     """Read from Numba's version file, without importing Numba (a warm process never pays for
     that) or ``importlib.metadata`` (~40 ms)."""
@@ -74,10 +78,13 @@ def _versions():
 
     from .native import abi_tag
 
-    # the generated code links the runtime helpers into its machine code: a change to them
-    # must not reuse entries compiled against the old ones
-    with open(os.path.join(os.path.dirname(__file__), "numba_cpu", "runtime.py"), "rb") as f:
-        helpers = hashlib.sha256(f.read()).hexdigest()[:16]
+    # the generated code links the runtime helpers and kernels into its machine code, compiled
+    # for the entries' target: a change to any of them must not reuse entries compiled before
+    digest = hashlib.sha256()
+    for name in _LINKED_IN:
+        with open(os.path.join(os.path.dirname(__file__), "numba_cpu", name), "rb") as f:
+            digest.update(f.read())
+    helpers = digest.hexdigest()[:16]
     return f"quabla={__version__};numba={_numba_version()};llvmlite={llvmlite.__version__};" \
            f"numpy={numpy.__version__};python={sys.version.split()[0]};{platform.machine()};" \
            f"{abi_tag()};runtime={helpers}"

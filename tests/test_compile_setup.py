@@ -1,7 +1,10 @@
 """What a cold compile sets up besides the entry (docs/compile-time.md, "first-compile set-up"):
 the runtime's helpers are LLVM IR, not Python functions Numba translates, types and compiles
 on their own; the garbage collector does not walk Numba's objects while it compiles; SciPy's
-linalg is imported only for programs that call BLAS. And the helpers give the same bits."""
+linalg is imported only for programs that call BLAS; the entry compiles for the lean target
+(lowering/numba_cpu/target.py), which loads neither Numba's full CPU target nor its
+reference-counting runtime, and leaves both to the user's own Numba code in the same process.
+And the helpers give the same bits."""
 
 import json
 import os
@@ -16,6 +19,7 @@ import quabla as qb
 from helpers import staged_graph
 from lowering.interpret import evaluate
 from lowering.numba_cpu import compile_graph
+from quabla.core.rules.structural import clamp_index
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,6 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # of every dtype, compiled with Numba's passes and the collector watched.
 PROGRAM = textwrap.dedent("""
     import collections, gc, json, sys
+    FULL_CPU_TARGET = ("numba.np.arraymath", "numba.np.arrayobj", "numba.cpython.unicode",
+                       "numba.np.npdatetime", "numba.core.inline_closurecall")
     import numpy as np
     import quabla as qb
     import lowering.numba_cpu.runtime  # noqa: F401 - imports Numba
@@ -55,10 +61,27 @@ PROGRAM = textwrap.dedent("""
     x = qb.array(np.linspace(-2.0, 2.0, 7))
     y = qb.array(np.linspace(-1.0, 3.0, 5).astype(np.float32))
     out = qb.jit(f)(x, y)
-    print(json.dumps({"passes": passes, "collections": collections_during,
-                      "scipy_linalg": "scipy.linalg" in sys.modules,
-                      "gc_enabled": gc.isenabled(),
-                      "out": [np.asarray(o).tolist() for o in out]}))
+    from numba.core.runtime import rtsys
+    first = {"passes": dict(passes), "collections": list(collections_during),
+             "scipy_linalg": "scipy.linalg" in sys.modules, "nrt": rtsys._init,
+             "loaded": [m for m in FULL_CPU_TARGET if m in sys.modules]}
+
+    # then a program that calls an array kernel (kernels.py), and the user's own Numba code
+    a = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+    solved = qb.jit(qb.linalg.solve)(a, np.arange(3.0))
+    import numba
+    from numba.typed import List
+
+    @numba.njit
+    def own(v):
+        items = List()
+        for e in v:
+            items.append(np.sin(e) + 1.0)
+        return np.sum(np.asarray(v) * 2.0), len(items), items[1]
+
+    print(json.dumps(dict(first, gc_enabled=gc.isenabled(),
+                          out=[np.asarray(o).tolist() for o in out],
+                          solved=np.asarray(solved).tolist(), own=list(own(np.arange(4.0))))))
 """)
 
 
@@ -88,6 +111,17 @@ def test_no_collection_while_numba_compiles(cold):
 
 def test_no_scipy_linalg_without_products(cold):
     assert not cold["scipy_linalg"]
+
+
+def test_the_full_cpu_target_is_not_loaded(cold):
+    assert cold["loaded"] == []
+    assert not cold["nrt"]  # an entry allocates nothing
+
+
+def test_kernels_and_the_users_numba_after_an_entry(cold):
+    a = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+    np.testing.assert_allclose(cold["solved"], np.linalg.solve(a, np.arange(3.0)), rtol=1e-12)
+    assert cold["own"] == [12.0, 4, np.sin(1.0) + 1.0]
 
 
 def test_cold_process_results(cold):
@@ -164,6 +198,23 @@ def test_integer_powers_and_casts_match_the_interpreter_bitwise(dtype):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
                                       np.atleast_1d(b).view(np.uint8))
+
+
+# Float row indices at every edge of the rule: NaN, infinities, beyond the int64 range, around
+# and beyond either end, negative zero, fractions truncated toward zero.
+INDICES = [np.nan, np.inf, -np.inf, 1e18, -1e18, 3e20, -3e20, 0.0, -0.0, 0.7, -0.7, 1.9, 4.0,
+           4.999, 5.0, 6.5, -1.0, -1.5, -4.2, -5.0, -5.5, -6.0, 2.0 ** 62, -(2.0 ** 63)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clamped_row_indices_match_the_rule(dtype):
+    x = qb.array(np.arange(5.0) * 10.0)
+    indices = np.array(INDICES, dtype)
+    rows = np.arange(5.0)[clamp_index(indices, 5)] * 10.0
+    one = qb.jit(lambda x, i: x[i])  # one scalar index: a row of x
+    assert [float(one(x, qb.array(i, dtype))) for i in indices] == rows.tolist()
+    batched = qb.jit(qb.vmap(lambda i, x: x[i], in_axes=(0, None)))  # an index per row
+    assert np.asarray(batched(qb.array(indices), x)).tolist() == rows.tolist()
 
 
 # A product large enough for BLAS, compiled (cold) and then loaded from the cache (warm) in

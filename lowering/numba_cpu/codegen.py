@@ -24,7 +24,7 @@ from ..templates import operand_names, scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, last_uses, schedule
 from . import threads
 
-__all__ = ["generate", "FUNCTION_NAME", "BLAS_THRESHOLD"]
+__all__ = ["generate", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
 
 # Products with at least this many multiply-adds go to BLAS when SciPy (whose dgemm generated
 # code calls) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no
@@ -42,6 +42,8 @@ def blas_available():
     return os.environ.get("QUABLA_BLAS", "1") != "0" and bool(native.blas_symbols())
 
 FUNCTION_NAME = "quabla_entry"
+# the array kernels (kernels.py) the entry may call on carray views
+KERNELS = ("_matmul", "_solve", "_cholesky", "_triangular_solve")
 
 # A spliced expression deeper or longer than this is bound to a local instead: Python refuses
 # source nested about 200 brackets deep, and each local costs Numba compile time.
@@ -1169,9 +1171,18 @@ def _phased(e, graph, first):
             base + thread * len(private) + private.index(name)
         return f"    {var} = _arg(args, {k}, {start}, {_np_dtype(_Named(dtype_of(name)))})"
 
+    # a thread's views of its scratch: one pointer per buffer (w<k>), each view an offset of
+    # it or an alias of the view of the same slot (cheaper for Numba to type than an _arg each)
     named_loop = words(loop)
-    own = [view(var, name, start, None) for var, name, start, _ in e.slots
-           if name in private and var in named_loop]
+    own, views = [], {}
+    for var, name, start, _ in e.slots:
+        if name in private and var in named_loop:
+            if not views:
+                own += [view(f"w{k}", buffer, 0, None) for k, buffer in enumerate(private)]
+            buffer = f"w{private.index(name)}"
+            same = views.setdefault((name, start), var)
+            value = same if same != var else f"_offset({buffer}, {start})" if start else buffer
+            own.append(f"    {var} = {value}")
     parts = [view(var, name, start, t) for var, name, start, _, t in e.partials]
     for name, (dtype, start) in spills.items():
         e.slots.append((f"sp{name}", dtype, start, (1,)))

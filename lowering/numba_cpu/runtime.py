@@ -1,50 +1,19 @@
-"""Scalar helpers that the generated Numba code calls, matching the NumPy reference (NaN
-propagation of max/min, sign(0) == 0, repeated squaring for integer powers)."""
+"""Scalar and pointer helpers that the generated Numba code calls, matching the NumPy
+reference (NaN propagation of max/min, sign(0) == 0, repeated squaring for integer powers).
+All are intrinsics (or lowerings): they compile for the entries' lean target (target.py). The
+array kernels are in kernels.py."""
 
-import importlib
-import importlib.util
 import math
 import operator
-import sys
 
-import numba
-import numpy as np
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.imputils import lower_builtin
 from numba.extending import intrinsic
-from numba.np import linalg as _numba_linalg
-
-
-def _import_arraymath_lazily():
-    """Import Numba's ``arraymath`` (its first compile does) without importing SciPy's linalg:
-    at import it calls ``ensure_blas`` only to learn whether ``np.dot`` can work, and importing
-    ``scipy.linalg`` is 0.1-0.2 s of every cold first call. While it imports, SciPy being
-    installed is the answer. Generated code does not call ``np.dot``: ``_gemm`` calls SciPy's
-    dgemm itself (``native.blas_symbols``, which checks its integer width)."""
-    if "numba.np.arraymath" in sys.modules:
-        return
-    real = _numba_linalg.ensure_blas
-
-    def scipy_installed():
-        if importlib.util.find_spec("scipy") is None:
-            raise ImportError("scipy is required for linear algebra")
-
-    _numba_linalg.ensure_blas = scipy_installed
-    try:
-        importlib.import_module("numba.np.arraymath")
-    finally:
-        _numba_linalg.ensure_blas = real
-
-
-_import_arraymath_lazily()
 
 from ..native import ARRAY_DATA, TUPLE_ITEMS, blas_symbols
-
-_inline = numba.njit(inline="always", error_model="numpy")
-
 
 # -- scalar helpers as LLVM IR: a call is a few instructions, where a Python helper that Numba
 #    inlined cost a translation of its bytecode and its untyped passes at every call site (~4 ms
@@ -312,17 +281,44 @@ def _integer_pow(typingctx, x, n):
     return x(x, n), codegen
 
 
-@_inline
-def _clamp_index(i, n):
-    """The row of ``n`` that the float index ``i`` selects, as ``clamp_index`` in
+@intrinsic
+def _clamp_index(typingctx, i, n):
+    """The row of ``n`` that the index ``i`` selects, as ``clamp_index`` in
     quabla/core/rules/structural.py: NaN is 0, truncated toward zero, a negative one counts
-    from the end, then clamped into [0, n - 1]."""
-    if i != i:
-        return 0
-    k = int(i) if abs(i) < 1e18 else (n if i > 0 else -n)
-    if k < 0:
-        k += n
-    return min(max(k, 0), n - 1)
+    from the end, then clamped into [0, n - 1]. As Python::
+
+        if i != i:
+            return 0
+        k = int(i) if abs(i) < 1e18 else (n if i > 0 else -n)
+        if k < 0:
+            k += n
+        return min(max(k, 0), n - 1)
+    """
+    if not isinstance(i, (types.Float, types.Integer)) or not isinstance(n, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        x, count = args
+        int64 = ir.IntType(64)
+        count = context.cast(builder, count, n, types.int64)
+        zero = ir.Constant(int64, 0)
+        if isinstance(i, types.Integer):
+            k = context.cast(builder, x, i, types.int64)
+        else:  # fptosi of a value out of range is poison, but then the select takes n or -n
+            in_range = builder.fcmp_ordered("<", _intrinsic_call(builder, "llvm.fabs", x),
+                                            ir.Constant(x.type, 1e18))
+            beyond = builder.select(builder.fcmp_ordered(">", x, ir.Constant(x.type, 0.0)),
+                                    count, builder.neg(count))
+            k = builder.select(in_range, builder.fptosi(x, int64), beyond)
+        k = builder.select(builder.icmp_signed("<", k, zero), builder.add(k, count), k)
+        k = builder.select(builder.icmp_signed("<", k, zero), zero, k)
+        last = builder.sub(count, ir.Constant(int64, 1))
+        k = builder.select(builder.icmp_signed(">", k, last), last, k)
+        if isinstance(i, types.Float):
+            k = builder.select(builder.fcmp_unordered("uno", x, x), zero, k)
+        return k
+
+    return types.int64(i, n), codegen
 
 
 # -- arrays over raw memory (see lowering/native.py for the calling convention) ----------------
@@ -473,140 +469,8 @@ def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
 
 
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
-           and name not in ("_inline", "_numba_linalg", "_import_arraymath_lazily",
-                            "_float_helper", "_double", "_widened", "_intrinsic_call",
+           and name not in ("_float_helper", "_double", "_widened", "_intrinsic_call",
                             "_libm_call", "_negated", "_positive_part", "_extremum",
                             "_byte_pointer", "_itemsize", "_logarithm", "_field", "_TANH",
                             "_tanh_function", "_exp_0_45",
                             "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool")]
-
-
-# -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and
-#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives
-
-@numba.njit(error_model="numpy", cache=True)
-def _matmul(a, b, out):
-    """``out`` = batched (B, M, K) x (B, K, N) products without BLAS. Four output rows at a
-    time share each load of a row of ``b``; the inner loop runs along contiguous rows, so LLVM
-    vectorises it. Every element is summed over k in order, exactly like a plain dot."""
-    batch, rows, inner = a.shape
-    cols = b.shape[2]
-    out.fill(0)
-    for i in range(batch):
-        ai = a[i]
-        bi = b[i]
-        oi = out[i]
-        m = 0
-        while m + 4 <= rows:
-            r0, r1, r2, r3 = oi[m], oi[m + 1], oi[m + 2], oi[m + 3]
-            for k in range(inner):
-                s0, s1, s2, s3 = ai[m, k], ai[m + 1, k], ai[m + 2, k], ai[m + 3, k]
-                bk = bi[k]
-                for n in range(cols):
-                    v = bk[n]
-                    r0[n] += s0 * v
-                    r1[n] += s1 * v
-                    r2[n] += s2 * v
-                    r3[n] += s3 * v
-            m += 4
-        for r in range(m, rows):
-            row = oi[r]
-            for k in range(inner):
-                s = ai[r, k]
-                bk = bi[k]
-                for n in range(cols):
-                    row[n] += s * bk[n]
-
-
-@numba.njit(error_model="numpy", cache=True)
-def _solve(a, b, out, lu, x):
-    """``out`` = a^-1 b for ``b`` and ``out`` of shape (n, m), by Gaussian elimination with
-    partial pivoting in the float64 workspaces ``lu`` (n, n) and ``x`` (n, m)."""
-    n = a.shape[0]
-    m = b.shape[1]
-    for i in range(n):
-        for j in range(n):
-            lu[i, j] = a[i, j]
-        for j in range(m):
-            x[i, j] = b[i, j]
-    for k in range(n):
-        pivot = k
-        for i in range(k + 1, n):
-            if abs(lu[i, k]) > abs(lu[pivot, k]):
-                pivot = i
-        if lu[pivot, k] == 0.0:
-            out.fill(np.nan)
-            return
-        if pivot != k:
-            for j in range(n):
-                lu[k, j], lu[pivot, j] = lu[pivot, j], lu[k, j]
-            for j in range(m):
-                x[k, j], x[pivot, j] = x[pivot, j], x[k, j]
-        for i in range(k + 1, n):
-            f = lu[i, k] / lu[k, k]
-            for j in range(k, n):
-                lu[i, j] -= f * lu[k, j]
-            for j in range(m):
-                x[i, j] -= f * x[k, j]
-    for k in range(n - 1, -1, -1):
-        for j in range(m):
-            s = x[k, j]
-            for i in range(k + 1, n):
-                s -= lu[k, i] * x[i, j]
-            x[k, j] = s / lu[k, k]
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = x[i, j]
-
-
-@numba.njit(error_model="numpy", cache=True)
-def _cholesky(a, out, low):
-    """``out`` = the lower Cholesky factor of ``a`` (Cholesky-Banachiewicz in the float64
-    workspace ``low``); NaN if ``a`` is not positive definite."""
-    n = a.shape[0]
-    low.fill(0.0)
-    for i in range(n):
-        for j in range(i + 1):
-            s = np.float64(a[i, j])
-            for k in range(j):
-                s -= low[i, k] * low[j, k]
-            if i == j:
-                if not s > 0.0:
-                    out.fill(np.nan)
-                    return
-                low[i, i] = np.sqrt(s)
-            else:
-                low[i, j] = s / low[j, j]
-    for i in range(n):
-        for j in range(n):
-            out[i, j] = low[i, j]
-
-
-@numba.njit(error_model="numpy", cache=True)
-def _triangular_solve(a, b, out, x, lower, transpose):
-    """``out`` = op(T)^-1 b for ``b`` and ``out`` of shape (n, m): T the lower (``lower``) or
-    upper triangle of ``a`` (the other is never read), op(T) = T or T^T (``transpose``). Rows are
-    substituted in order in the float64 workspace ``x`` (n, m), each sum accumulated in order of
-    the rows it reads, as the reference does; a zero on the diagonal gives inf/NaN."""
-    n = a.shape[0]
-    m = b.shape[1]
-    forward = lower != transpose
-    for step in range(n):
-        i = step if forward else n - 1 - step
-        xi = x[i]
-        xi.fill(0.0)
-        for q in range(step):
-            k = q if forward else n - 1 - q
-            t = np.float64(a[k, i] if transpose else a[i, k])
-            xk = x[k]
-            for j in range(m):
-                xi[j] += t * xk[j]
-        d = np.float64(a[i, i])
-        for j in range(m):
-            xi[j] = (b[i, j] - xi[j]) / d
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = x[i, j]
-
-
-__all__ += ["_matmul", "_solve", "_cholesky", "_triangular_solve"]

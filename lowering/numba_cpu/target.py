@@ -1,0 +1,126 @@
+"""The Numba target that generated entries compile for: Numba's CPU target with only the
+typing and lowering registries that generated code uses.
+
+Numba's CPU target loads, on a process's first compile, the implementations of everything
+``@njit`` code may call (strings, typed containers, jitclasses, random generators, datetimes,
+polynomials...): ~0.1 s of imports and registry installs, a third of a small program's cold
+first call (docs/compile-time.md). Generated code does scalar arithmetic, ``math`` functions,
+pointer loads and stores and calls of the runtime's intrinsics (runtime.py), and the array
+kernels (kernels.py) add loops over ranges and ``carray`` views, so this target loads those
+registries alone. Its hardware is a subclass of the CPU: everything written for ``"cpu"``
+(overloads, intrinsics, ``carray``) applies to it, and overload implementations compile for
+it too. It shares the CPU target's code generator: one LLVM target machine and JIT engine.
+An entry can call Numba functions of this target only (``kernel``), not ``@njit`` ones.
+"""
+
+import functools
+
+from numba.core import compiler, cpu, intrinsics, types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.decorators import jit
+from numba.core.descriptors import TargetDescriptor
+from numba.core.dispatcher import Dispatcher
+from numba.core.registry import cpu_target
+from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry, target_override,
+                                         target_registry)
+from numba.core.typing.context import Context
+
+__all__ = ["entry", "Entry", "kernel"]
+
+NAME = "quabla_cpu"
+
+
+class EntryCPU(CPU):
+    """The hardware of generated entries: the host CPU."""
+
+
+class _Typing(Context):
+    def load_additional_registries(self):
+        from numba.core.typing import mathdecl
+
+        self.install_registry(mathdecl.registry)
+
+
+class _Lowering(cpu.CPUContext):
+    def init(self):
+        # the CPU target's code generator: no second LLVM target machine and JIT engine
+        base = cpu_target.target_context
+        self.is32bit = base.is32bit
+        self._internal_codegen = base.codegen()
+
+    def load_additional_registries(self):
+        # registered on import: numbers, tuples and ranges (the kernels' loops and shapes)
+        from numba.cpython import iterators, mathimpl, numbers, rangeobj, tupleobj  # noqa: F401
+
+        self.install_registry(mathimpl.registry)
+
+    def post_lowering(self, module, library):
+        """As the CPU target's, but Numba's reference-counting runtime is linked (and so
+        compiled, ~20 ms of a process's first compile) only into entries compiled with it."""
+        if self.is32bit:
+            intrinsics.fix_divmod(module)
+        if self.enable_nrt:
+            from numba.core.runtime import rtsys
+
+            rtsys.initialize(self)
+            library.add_linking_library(rtsys.library)
+
+
+class _Descriptor(TargetDescriptor):
+    options = cpu.CPUTargetOptions
+
+    @functools.cached_property
+    def typing_context(self):
+        return _Typing()
+
+    @functools.cached_property
+    def target_context(self):
+        return _Lowering(self.typing_context, NAME)
+
+
+_DESCRIPTOR = _Descriptor(NAME)
+
+
+class _EntryDispatcher(Dispatcher):
+    targetdescr = _DESCRIPTOR
+
+
+target_registry[NAME] = EntryCPU
+dispatcher_registry[EntryCPU] = _EntryDispatcher
+jit_registry[EntryCPU] = functools.partial(jit, _target=NAME)  # @overload implementations
+
+# A Numba function of this target (the array kernels): an entry can call only those.
+kernel = jit(nopython=True, error_model="numpy", cache=True, _target=NAME)
+
+
+class Entry:
+    """A compiled entry: ``void entry(void *args)`` at ``address``, named ``native_name`` in
+    ``library`` (which owns the machine code)."""
+
+    def __init__(self, library, native_name):
+        self.library = library
+        self.native_name = native_name
+        self.address = library.get_pointer_to_function(native_name)
+
+
+def entry(pipeline_class, nrt=False):
+    """A decorator that compiles ``def f(args)`` as a C function ``void f(void *)`` for this
+    target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target. An entry
+    allocates nothing; one that makes arrays (``carray`` views for the kernels) needs ``nrt``:
+    Numba then counts their references."""
+    def compile_entry(function):
+        flags = compiler.Flags()
+        cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
+        flags.no_cpython_wrapper = True
+        flags.no_cfunc_wrapper = False
+        flags.no_compile = True
+        flags.enable_pyobject = False
+        flags.nrt = nrt
+        # while typing, templates that resolve "the current target" find this one
+        with global_compiler_lock, target_override(NAME):
+            result = compiler.compile_extra(
+                _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
+                args=(types.voidptr,), return_type=types.void, flags=flags, locals={},
+                pipeline_class=pipeline_class)
+            return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name)
+    return compile_entry
