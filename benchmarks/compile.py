@@ -105,7 +105,7 @@ class Phases:
         import lowering
         import lowering.numba_cpu as backend
         from lowering import cache
-        from lowering.numba_cpu import codegen
+        from lowering.numba_cpu import codegen, target
         from quabla.core import rewrite
 
         simplify = rewrite.simplify
@@ -121,6 +121,7 @@ class Phases:
         self.wrap(lowering, "compile", "other")
         self.wrap(CPUCodeLibrary, "_optimize_functions", "llvm optimisation")
         self.wrap(CPUCodeLibrary, "_optimize_final_module", "llvm optimisation")
+        self.wrap(target.EntryLibrary, "_optimize_final_module", "llvm optimisation")
         self.wrap(JITCodeLibrary, "_finalize_specific", "llvm codegen")
         passes = {"nopython_type_inference": "numba typing", "native_lowering": "numba lowering"}
         phases = self

@@ -84,9 +84,9 @@ def module_source(graph, n_threads=None):
 
 def _compile(key, source, path):
     """Compile ``source`` with Numba as module ``quabla_cache.<key>`` (so the entry symbol names
-    the key); returns the entry's ``(target.Entry, object code, symbol, external symbols)``. The text
-    is compiled directly: no bytecode is read from or written to the cache directory, and the
-    module is not kept in ``sys.modules``."""
+    the key); returns the entry's ``(target.Entry, object code, symbol, external symbols)``.
+    The text is compiled directly: no bytecode is read from or written to the cache directory,
+    and the module is not kept in ``sys.modules``."""
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
     with _deep_recursion(), _no_collection():

@@ -1003,6 +1003,23 @@ def _argument(k, dtype, start=0):
     return f"_arg(args, {k}, {start}, {_np_dtype(dtype)})"
 
 
+def _views(slots, pointers):
+    """Lines binding each ``(variable, buffer, offset)`` of ``slots`` to the element ``offset``
+    of a scratch buffer: ``pointers[buffer]`` (an ``_arg`` of its start) is bound once, to the
+    name ``buffer``; a slot is an ``_offset`` of it, or an alias of the variable bound to the
+    same slot before (an ``_arg`` costs Numba more to type than either)."""
+    lines, first, bound = [], {}, set()
+    for var, buffer, start in slots:
+        if buffer not in bound:
+            bound.add(buffer)
+            lines.append(f"{buffer} = {pointers[buffer]}")
+        same = first.setdefault((buffer, start), var)
+        if same == var:
+            same = f"_offset({buffer}, {start})" if start else buffer
+        lines.append(f"{var} = {same}")
+    return lines
+
+
 def generate(graph, n_threads=1):
     """Returns ``(body_source, constants, buffers, phases)``: the entry function's source, the
     constant arrays, the scratch buffers (``(dtype name, elements)`` each) that follow the
@@ -1037,12 +1054,10 @@ def generate(graph, n_threads=1):
         lines, phases = phased
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
     named = set(re.findall(r"[A-Za-z_]\w*", "\n".join(lines)))
-    pointers = {}  # (buffer, offset) -> the first variable of that pointer
-    for var, name, start, shape in e.slots:
-        if var in named and name in shared:  # an unused view costs Numba compile time
-            same = pointers.setdefault((name, start), var)
-            pointer = _argument(first + shared.index(name), _Named(name), start)
-            prologue.append(f"{var} = {pointer if same == var else same}")
+    starts = {f"ws{k}": _argument(first + k, _Named(name)) for k, name in enumerate(shared)}
+    prologue += _views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
+                        if var in named and name in shared],  # an unused view costs compile time
+                       starts)
     if phases is not None:
         control = first + len(shared) + e.threads * len(_private(e))
         prologue.append(f"ctl = _arg(args, {control}, 0, np.int64)")
@@ -1100,6 +1115,11 @@ def _private(e):
 
 _ASSIGNED = re.compile(r"^( *)([A-Za-z_][\w, ]*?) (?:[-+*/]?=) ")
 _LITERAL = re.compile(r"^(?:np\.float32\()?\(?-?(?:[\d.e+-]+|math\.inf|math\.nan|True|False)\)?\)?$")
+
+
+def _thread_buffer(k, thread):
+    """The name of the pointer to per-thread buffer ``k`` (of the running thread if None)."""
+    return f"wt{k}" if thread is None else f"wt{k}_{thread}"
 
 
 def _phased(e, graph, first):
@@ -1166,24 +1186,21 @@ def _phased(e, graph, first):
     private = _private(e)
     base = first + len(shared)
 
-    def view(var, name, start, thread):
-        k = f"{base + private.index(name)} + {len(private)} * thread" if thread is None else \
-            base + thread * len(private) + private.index(name)
-        return f"    {var} = _arg(args, {k}, {start}, {_np_dtype(_Named(dtype_of(name)))})"
+    def pointers(thread):
+        """The start of each per-thread buffer (the running thread's if ``thread`` is None)."""
+        index = (lambda k: f"{base + k} + {len(private)} * thread") if thread is None else \
+            (lambda k: base + thread * len(private) + k)
+        return {_thread_buffer(k, thread): _argument(index(k), _Named(dtype_of(name)))
+                for k, name in enumerate(private)}
 
-    # a thread's views of its scratch: one pointer per buffer (w<k>), each view an offset of
-    # it or an alias of the view of the same slot (cheaper for Numba to type than an _arg each)
     named_loop = words(loop)
-    own, views = [], {}
-    for var, name, start, _ in e.slots:
-        if name in private and var in named_loop:
-            if not views:
-                own += [view(f"w{k}", buffer, 0, None) for k, buffer in enumerate(private)]
-            buffer = f"w{private.index(name)}"
-            same = views.setdefault((name, start), var)
-            value = same if same != var else f"_offset({buffer}, {start})" if start else buffer
-            own.append(f"    {var} = {value}")
-    parts = [view(var, name, start, t) for var, name, start, _, t in e.partials]
+    own = _views([(var, _thread_buffer(private.index(name), None), start)
+                  for var, name, start, _ in e.slots if name in private and var in named_loop],
+                 pointers(None))
+    parts = _views([(var, _thread_buffer(private.index(name), t), start)
+                    for var, name, start, _, t in e.partials],
+                   {k: v for t in range(e.threads) for k, v in pointers(t).items()})
+    own, parts = (["    " + line for line in block] for block in (own, parts))
     for name, (dtype, start) in spills.items():
         e.slots.append((f"sp{name}", dtype, start, (1,)))
     indent = lambda block: ["    " + line for line in block] or ["        pass"]
