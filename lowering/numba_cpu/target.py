@@ -34,6 +34,9 @@ from numba.core.typing.context import Context
 __all__ = ["entry", "Entry", "EntryLibrary", "kernel"]
 
 NAME = "quabla_cpu"
+# LLVM's optimisation level for entries and kernels: O3 (Numba's default) unrolls more and
+# takes longer, for no measurable gain on generated loops (docs/compile-time.md)
+OPTIMISATION_LEVEL = 2
 
 
 class EntryCPU(CPU):
@@ -65,6 +68,13 @@ class EntryLibrary(codegen.JITCodeLibrary):
 
 class _Codegen(codegen.JITCPUCodegen):
     _library_class = EntryLibrary
+
+    def _customize_tm_options(self, options):
+        super()._customize_tm_options(options)
+        options["opt"] = OPTIMISATION_LEVEL
+
+    def _pass_builder(self, **kwargs):
+        return super()._pass_builder(**dict(kwargs, opt=OPTIMISATION_LEVEL))
 
 
 class _Lowering(cpu.CPUContext):
