@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = textwrap.dedent("""
     import collections, gc, json, sys
     FULL_CPU_TARGET = ("numba.np.arraymath", "numba.np.arrayobj", "numba.cpython.unicode",
-                       "numba.np.npdatetime", "numba.core.inline_closurecall")
+                       "numba.np.npdatetime", "numba.core.inline_closurecall",
+                       "numba.typed.typeddict", "numba.typed.typedlist")
     import numpy as np
     import quabla as qb
     import lowering.numba_cpu.runtime  # noqa: F401 - imports Numba
