@@ -53,8 +53,9 @@ _MANIFEST = {"key": str, "entry": str, "symbols": list, "sha256": str}
 _DIRS = None  # (directory new entries go to, ((directory, owner uid) read in order, ...))
 
 
-# the modules of lowering/numba_cpu whose code is compiled into every entry's machine code
-_LINKED_IN = ("runtime.py", "kernels.py", "target.py")
+# the modules of lowering whose code is compiled into every entry's machine code
+_LINKED_IN = ("numba_cpu/runtime.py", "numba_cpu/kernels.py", "numba_cpu/target.py",
+              "matrix_kernels.py")
 
 
 def _numba_version():
@@ -82,7 +83,7 @@ def _versions():
     # for the entries' target: a change to any of them must not reuse entries compiled before
     digest = hashlib.sha256()
     for name in _LINKED_IN:
-        with open(os.path.join(os.path.dirname(__file__), "numba_cpu", name), "rb") as f:
+        with open(os.path.join(os.path.dirname(__file__), name), "rb") as f:
             digest.update(f.read())
     helpers = digest.hexdigest()[:16]
     return f"quabla={__version__};numba={_numba_version()};llvmlite={llvmlite.__version__};" \

@@ -1,8 +1,9 @@
 """Device functions that the generated CUDA kernels call: the scalar helpers of the elementwise
 templates (the same conventions as lowering/numba_cpu/runtime.py: NaN propagation of max/min,
-sign(0) == 0, repeated squaring for integer powers) and the per-matrix linear algebra run by one
-thread each. Numba's CPU functions cannot be called from CUDA kernels, so these are CUDA device
-functions of their own; under ``NUMBA_ENABLE_CUDASIM=1`` they run as plain Python."""
+sign(0) == 0, repeated squaring for integer powers) and the per-matrix solvers of
+lowering/matrix_kernels.py, run by one thread each. Numba's CPU functions cannot be called from
+CUDA kernels, so these are CUDA device functions of their own; under ``NUMBA_ENABLE_CUDASIM=1``
+they run as plain Python."""
 
 import math
 
@@ -10,6 +11,8 @@ import numba
 from numba import cuda
 
 from quabla.core.rules.elementwise import power_by_squaring
+
+from .. import matrix_kernels
 
 __all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
            "_integer_pow", "_pow", "_max", "_min", "_cast_float64", "_cast_float32",
@@ -116,96 +119,6 @@ def _row(i, n):
 
 # -- one matrix per thread: ``out`` and the float64 workspaces are this matrix's 2-d views ----
 
-@_device
-def _nan_fill(out):
-    for i in range(out.shape[0]):
-        for j in range(out.shape[1]):
-            out[i, j] = math.nan
-
-
-@_device
-def _solve(a, b, out, lu, x):
-    """``out`` = a^-1 b by Gaussian elimination with partial pivoting; NaN if singular."""
-    n = a.shape[0]
-    m = b.shape[1]
-    for i in range(n):
-        for j in range(n):
-            lu[i, j] = a[i, j]
-        for j in range(m):
-            x[i, j] = b[i, j]
-    for k in range(n):
-        pivot = k
-        for i in range(k + 1, n):
-            if abs(lu[i, k]) > abs(lu[pivot, k]):
-                pivot = i
-        if lu[pivot, k] == 0.0:
-            _nan_fill(out)
-            return
-        if pivot != k:
-            for j in range(n):
-                lu[k, j], lu[pivot, j] = lu[pivot, j], lu[k, j]
-            for j in range(m):
-                x[k, j], x[pivot, j] = x[pivot, j], x[k, j]
-        for i in range(k + 1, n):
-            f = lu[i, k] / lu[k, k]
-            for j in range(k, n):
-                lu[i, j] -= f * lu[k, j]
-            for j in range(m):
-                x[i, j] -= f * x[k, j]
-    for k in range(n - 1, -1, -1):
-        for j in range(m):
-            s = x[k, j]
-            for i in range(k + 1, n):
-                s -= lu[k, i] * x[i, j]
-            x[k, j] = s / lu[k, k]
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = x[i, j]
-
-
-@_device
-def _cholesky(a, out, low):
-    """``out`` = the lower Cholesky factor of ``a``; NaN if not positive definite."""
-    n = a.shape[0]
-    for i in range(n):
-        for j in range(n):
-            low[i, j] = 0.0
-    for i in range(n):
-        for j in range(i + 1):
-            s = numba.float64(a[i, j])
-            for k in range(j):
-                s -= low[i, k] * low[j, k]
-            if i == j:
-                if not s > 0.0:
-                    _nan_fill(out)
-                    return
-                low[i, i] = math.sqrt(s)
-            else:
-                low[i, j] = s / low[j, j]
-    for i in range(n):
-        for j in range(n):
-            out[i, j] = low[i, j]
-
-
-@_device
-def _triangular_solve(a, b, out, x, lower, transpose):
-    """``out`` = op(T)^-1 b, T the ``lower`` or upper triangle of ``a``, op(T) = T or T^T;
-    each sum accumulated in the order of the rows it reads, as the reference does."""
-    n = a.shape[0]
-    m = b.shape[1]
-    forward = lower != transpose
-    for step in range(n):
-        i = step if forward else n - 1 - step
-        for j in range(m):
-            x[i, j] = 0.0
-        for q in range(step):
-            k = q if forward else n - 1 - q
-            t = numba.float64(a[k, i] if transpose else a[i, k])
-            for j in range(m):
-                x[i, j] += t * x[k, j]
-        d = numba.float64(a[i, i])
-        for j in range(m):
-            x[i, j] = (b[i, j] - x[i, j]) / d
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = x[i, j]
+_solve = _device(matrix_kernels.solve)
+_cholesky = _device(matrix_kernels.cholesky)
+_triangular_solve = _device(matrix_kernels.triangular_solve)
