@@ -157,3 +157,22 @@ def test_copies_and_zero_fills_are_calls_not_loops():
     single_copy_loop = re.compile(r"while i0 < \d+:\n +\w+\[i0\] = \w+\[i0\]\n +i0 \+= 1\n")
     zero_loop = re.compile(r"while i0 < \d+:\n +\w+\[i0\] = (0|0\.0|False)\n +i0 \+= 1\n")
     assert not single_copy_loop.search(source) and not zero_loop.search(source)
+
+
+def test_an_offset_read_several_times_in_a_loop_body_is_computed_once():
+    """An innermost loop body binds each element offset it reads more than once to a local
+    (Numba types and lowers every occurrence of the arithmetic), and computes what the
+    interpreter computes."""
+    from lowering.numba_cpu import module_source
+
+    def f(x, y):
+        return qb.sin(x) * x + y * x, qb.sum(x * y, axis=1)
+
+    specs = (qb.ShapeDtype((16, 8), qb.float64),) * 2
+    lowered = qb.jit(f).lower(*specs)
+    source = module_source(lowered.graph)[0]
+    assert "o0 = 8 * i0 + i1" in source and "[8 * i0 + i1]" not in source
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((16, 8)), rng.standard_normal((16, 8))
+    native = [np.asarray(a) for a in lowered.compile()(x, y)]
+    assert_results_match(native, evaluate(lowered.graph, [x, y]), rtol=1e-13, atol=1e-14)

@@ -1095,6 +1095,8 @@ def _while_loops(lines):
                                     or len(lines[end]) - len(lines[end].lstrip()) > len(indent)):
             end += 1
         body = _while_loops(lines[k:end])
+        if not any(_LOOP.match(b) for b in body):
+            body = _bound_offsets(body, indent + "    ")
         parts = [b.strip() for b in bounds.split(",")]
         start, stop, step = ((["0"] if len(parts) == 1 else []) + parts + ["1"])[:3]
         if not all(_BOUND.match(b) for b in (start, stop, step)) or step.startswith("ctl"):
@@ -1107,6 +1109,35 @@ def _while_loops(lines):
             out.append(f"{indent}    {var} += {step}")
         k = end
     return out
+
+
+_LOOP = re.compile(r"^ *(?:for|while) ")
+_INDEX = re.compile(r"\[([^\[\]]+)\]")
+_LOOP_INDEX = re.compile(r"^(?:\d+ \* )?(?:i\d+|r)(?: \+ (?:\d+ \* )?(?:i\d+|r|\d+))*$")
+
+
+def _bound_offsets(body, indent):
+    """An innermost loop ``body`` with each element offset that it computes more than once
+    (``v5[32 * i0 + i1]``, ``v6[r + i0]``) bound to a local ``o<k>`` first: Numba types and
+    lowers every occurrence of the arithmetic (LLVM would merge them later). Offsets are of
+    loop counters only, and of none that the body assigns."""
+    assigned = set()  # a loop of one iteration is its body after "i2 = 0": not from the start
+    for line in body:
+        m = _ASSIGNED.match(line)
+        if m is not None:
+            assigned.update(n.strip() for n in m.group(2).split(","))
+    counts = {}
+    for line in body:
+        for index in _INDEX.findall(line):
+            if "+" in index and _LOOP_INDEX.match(index) \
+                    and not assigned & set(re.findall(r"[A-Za-z_]\w*", index)):
+                counts[index] = counts.get(index, 0) + 1
+    names = {index: f"o{k}" for k, index in enumerate(i for i, n in counts.items() if n > 1)}
+    if not names:
+        return body
+    pattern = re.compile(r"\[(" + "|".join(map(re.escape, names)) + r")\]")
+    return ([f"{indent}{name} = {index}" for index, name in names.items()]
+            + [pattern.sub(lambda m: f"[{names[m.group(1)]}]", line) for line in body])
 
 
 def _private(e):
