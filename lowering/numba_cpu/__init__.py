@@ -10,6 +10,7 @@ copy of the machine code, freed with the last executable that uses it.
 import contextlib
 import gc
 import math
+import re
 import sys
 import types
 
@@ -77,7 +78,7 @@ def module_source(graph, n_threads=None):
     """``(source, constants, buffers, phases)`` of the module that holds ``graph``'s entry,
     its tile loop split across ``n_threads`` (default: ``threads.count()``) if worth it."""
     body, constants, buffers, phases = generate(graph, n_threads or threads.count())
-    kernels = [name for name in KERNELS if name + "(" in body]
+    kernels = [name for name in KERNELS if re.search(rf"\b{name}\(", body)]
     imports = _KERNELS_IMPORT.format(", ".join(kernels)) if kernels else ""
     return _HEADER + imports + _DECORATOR.format(bool(kernels)) + body, constants, buffers, phases
 

@@ -12,6 +12,7 @@ so the machine code needs no Numba runtime and loads without Numba.
 """
 
 import functools
+import itertools
 import math
 import os
 import re
@@ -1132,7 +1133,9 @@ def _bound_offsets(body, indent):
             if "+" in index and _LOOP_INDEX.match(index) \
                     and not assigned & set(re.findall(r"[A-Za-z_]\w*", index)):
                 counts[index] = counts.get(index, 0) + 1
-    names = {index: f"o{k}" for k, index in enumerate(i for i, n in counts.items() if n > 1)}
+    # names the body does not bind already (a one-iteration loop lifted into it binds its own)
+    free = (f"o{k}" for k in itertools.count() if f"o{k}" not in assigned)
+    names = {index: next(free) for index, n in counts.items() if n > 1}
     if not names:
         return body
     pattern = re.compile(r"\[(" + "|".join(map(re.escape, names)) + r")\]")
