@@ -2,31 +2,26 @@
 its elements through every step), other loops as host loops around the body's kernels
 (lowering/numba_cuda/codegen.py, ``fused_loop_shape``).
 
-As in test_device_cuda.py, the cases run in one subprocess under Numba's CUDA simulator
-(NUMBA_ENABLE_CUDASIM must be set before Numba is first imported), or in this process when
-that variable is set already (``pytest -m cuda`` on a GPU machine).
+The cases run as tests/cuda_runner.py says: in one subprocess under Numba's CUDA simulator, or
+in this process when NUMBA_ENABLE_CUDASIM is set already (``pytest -m cuda`` on a GPU machine).
 """
 
-import contextlib
-import importlib.util
 import json
 import os
-import subprocess
 import sys
-import traceback
 
 import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+for path in (HERE, os.path.dirname(HERE)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import cuda_runner  # noqa: E402  (needs HERE on the path)
 
 pytestmark = pytest.mark.cuda
-if importlib.util.find_spec("numba_cuda") is None:
-    pytest.skip("numba-cuda is not installed (the 'test' and 'cuda' extras install it)",
-                allow_module_level=True)
+cuda_runner.require_numba_cuda()
 
 X = np.linspace(-1.0, 1.0, 6, dtype=np.float32).reshape(2, 3)
 Y = np.linspace(0.5, 2.0, 6, dtype=np.float32).reshape(2, 3)
@@ -219,27 +214,12 @@ CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith
 
 
 def run_all():
-    results = {}
-    for name, case in CASES.items():
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                case()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc(limit=6)
-    return results
+    return cuda_runner.run_cases(CASES.items())
 
 
 @pytest.fixture(scope="module")
 def results():
-    if "NUMBA_ENABLE_CUDASIM" in os.environ:
-        return run_all()
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    done = subprocess.run([sys.executable, __file__], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode != 0:
-        pytest.fail(f"the CUDA case runner failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return cuda_runner.results(__file__, run_all, timeout=600)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -2,22 +2,15 @@
 checks (reductions across blocks, determinism, tiled products of odd shapes, stacked solves,
 regions as host loops, typed rejections, the Lennard-Jones benchmark).
 
-numba.cuda reads NUMBA_ENABLE_CUDASIM when Numba is first imported, and other tests import
-Numba in the same worker: so unless that variable is set in the environment already, every
-case runs in ONE subprocess under the simulator (once per test session, shared by xdist
-workers through a file), which reports a line per case. With NUMBA_ENABLE_CUDASIM set (``=1``:
-the simulator, ``=0``: a real GPU), the cases run in this process: ``pytest -m cuda`` alone on a
-GPU machine tests the real device.
+The cases run as tests/cuda_runner.py says: in ONE subprocess under the simulator (once per test
+session, shared by xdist workers) unless NUMBA_ENABLE_CUDASIM is set, so ``pytest -m cuda``
+alone on a GPU machine tests the real device.
 """
 
-import contextlib
-import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
-import traceback
 
 import numpy as np
 import pytest
@@ -28,12 +21,12 @@ for path in (HERE, ROOT, os.path.join(ROOT, "benchmarks")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-pytestmark = pytest.mark.cuda
-if importlib.util.find_spec("numba_cuda") is None:
-    pytest.skip("numba-cuda is not installed (the 'test' and 'cuda' extras install it)",
-                allow_module_level=True)
+import cuda_runner  # noqa: E402  (needs HERE on the path)
 
-import device_cases  # noqa: E402  (needs HERE on the path)
+pytestmark = pytest.mark.cuda
+cuda_runner.require_numba_cuda()
+
+import device_cases  # noqa: E402
 
 CORPUS = [case.name for case in device_cases.cases()]
 
@@ -256,38 +249,16 @@ CUDA_CASES = {name[5:]: fn for name, fn in list(globals().items())
 def run_all():
     """Runs every case here (in the process that has the right NUMBA_ENABLE_CUDASIM): the
     result of each, "ok" or its error."""
-    results = {}
     jobs = [(f"corpus:{case.name}", lambda c=case: device_cases.check("cuda", c))
             for case in device_cases.cases()]
-    jobs += [(name, fn) for name, fn in CUDA_CASES.items()]
-    for name, job in jobs:
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                job()
-            results[name] = "ok"
-        except Exception:  # reported per case by the test that asserts it
-            results[name] = traceback.format_exc(limit=6)
-    return results
+    return cuda_runner.run_cases(jobs + list(CUDA_CASES.items()))
 
 
 @pytest.fixture(scope="session")
 def cuda_results(tmp_path_factory):
-    if "NUMBA_ENABLE_CUDASIM" in os.environ:
-        return run_all()
-    import fcntl
-
-    shared = tmp_path_factory.getbasetemp().parent  # one directory for all xdist workers
-    path = shared / "quabla_cuda_results.json"
-    with open(shared / "quabla_cuda_results.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-            done = subprocess.run([sys.executable, __file__], env=env, cwd=ROOT,
-                                  capture_output=True, text=True, timeout=1800)
-            if done.returncode != 0:
-                pytest.fail(f"the CUDA case runner failed:\n{done.stderr[-4000:]}")
-            path.write_text(done.stdout.splitlines()[-1])
-    return json.loads(path.read_text())
+    # one subprocess for all xdist workers, through a directory they share
+    return cuda_runner.results(__file__, run_all, timeout=1800,
+                               shared=tmp_path_factory.getbasetemp().parent)
 
 
 @pytest.mark.parametrize("name", CORPUS)

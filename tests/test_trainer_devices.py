@@ -16,10 +16,8 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
-import traceback
 import warnings
 
 import numpy as np
@@ -32,6 +30,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+import cuda_runner  # noqa: E402
 from helpers import PINN_X as X, mse, pinn_loss, linear_data, linear_params  # noqa: E402
 
 
@@ -200,29 +199,13 @@ def test_mlx(name):
 
 def run_all_cuda():
     """Every case on "cuda" in this process: "ok" or the error of each."""
-    results = {}
-    for name in sorted(CASES):
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                CASES[name]("cuda")
-            results[name] = "ok"
-        except Exception:  # reported per case by the test that asserts it
-            results[name] = traceback.format_exc(limit=8)
-    return results
+    return cuda_runner.run_cases((name, lambda n=name: CASES[n]("cuda")) for name in sorted(CASES))
 
 
 @pytest.fixture(scope="module")
 def cuda_results():
-    if importlib.util.find_spec("numba_cuda") is None:
-        pytest.skip("numba-cuda is not installed (the 'test' and 'cuda' extras install it)")
-    if "NUMBA_ENABLE_CUDASIM" in os.environ:
-        return run_all_cuda()
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    done = subprocess.run([sys.executable, __file__], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        pytest.fail(f"the CUDA trainer runner failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
+    cuda_runner.require_numba_cuda()
+    return cuda_runner.results(__file__, run_all_cuda, timeout=900)
 
 
 @pytest.mark.cuda
