@@ -44,7 +44,8 @@ def _compile(graph):
 
 
 def _parity(f, *args, exact=False):
-    """Runs ``f`` on CUDA twice; both calls must equal the interpreter (float64: to 1e-12)."""
+    """Runs ``f`` on CUDA twice; both calls must equal the interpreter (float64: to 1e-12),
+    and compile nothing (``_compiled_once``)."""
     from lowering.interpret import evaluate
 
     graph = _program(f, *args)
@@ -56,6 +57,7 @@ def _parity(f, *args, exact=False):
         assert a.dtype == e.dtype and a.shape == e.shape
         np.testing.assert_array_equal(a, b)  # deterministic for one launch configuration
         np.testing.assert_allclose(a, e, rtol=1e-12 if exact else 2e-5, atol=1e-12)
+    _compiled_once(executable)
     return executable
 
 
@@ -181,6 +183,20 @@ def case_regions_are_host_loops():
         return carry, ys, n, total, picked * shift[::-1]
     executable = _parity(f, m, v, exact=True)
     assert "for step in range(4):" in executable.source
+
+
+def _compiled_once(executable):
+    """Every kernel of the module is one of ``executable.kernels``; on a GPU each was compiled
+    (or loaded from the cache) once, when the executable was made, for the signature that its
+    launches match: calls compiled nothing more."""
+    import re
+
+    from lowering.numba_cuda import simulated
+
+    assert sorted(executable.kernels) == sorted(
+        re.findall(r"^@cuda\.jit\ndef (k\d+)\(", executable.source, re.M))
+    if not simulated():
+        assert all(len(k.overloads) == 1 for k in executable.kernels.values())
 
 
 def case_unsupported_op_is_rejected_before_running():

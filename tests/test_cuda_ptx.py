@@ -1,0 +1,170 @@
+"""The numba.cuda back end with its real compiler, no GPU needed: every kernel generated for the
+device parity corpus (and for programs taking the paths that only a GPU's launch configuration
+reaches) is compiled to PTX by NVVM for its recorded signature, as a GPU would compile it. The
+simulator runs kernels as Python and types nothing, so this is what catches a kernel that
+numba.cuda cannot type or lower, or a signature that does not match what the host passes.
+
+Also the kernel cache (lowering/numba_cuda/compiled.py) on a stand-in device: a cold ``bind``
+compiles and stores every kernel, a warm one rebuilds them from the entry without compiling,
+and an entry that fails verification is compiled again.
+
+These run where numba-cuda's compiler libraries are installed (the 'test' extra installs NVVM
+and NVRTC) and numba.cuda is not its simulator in this process.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for path in (HERE, ROOT, os.path.join(ROOT, "benchmarks")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import cuda_runner  # noqa: E402
+
+pytestmark = pytest.mark.cuda
+cuda_runner.require_numba_cuda()
+
+import quabla as qb  # noqa: E402
+import device_cases  # noqa: E402
+from lowering.numba_cuda import compiled  # noqa: E402
+from lowering.numba_cuda.codegen import Launch, generate  # noqa: E402
+
+CC = (9, 0)  # what the PTX is compiled for (an H100/H200); NVVM needs no such device
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiler():
+    """Skips unless numba.cuda can compile here: not its simulator, and NVVM and NVRTC found."""
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("numba.cuda is its simulator in this process: it compiles nothing")
+    from cuda.pathfinder import DynamicLibNotFoundError
+    from numba import cuda
+    from numba.cuda.cudadrv.error import NvrtcSupportError, NvvmSupportError
+
+    try:
+        cuda.compile_ptx(lambda a: None, "void(float64[::1])", cc=CC)
+    except (DynamicLibNotFoundError, NvvmSupportError, NvrtcSupportError) as e:
+        pytest.skip(f"numba-cuda's compiler libraries are not installed here: {e}")
+
+
+def _kernels(f, *args, launch=Launch()):
+    """``(generated module, {kernel: PTX})`` of ``jit(f)`` for ``args``."""
+    generated = generate(qb.jit(f).lower(*args).graph, launch)
+    return generated, compiled.ptx(generated.source, generated.signatures, CC)
+
+
+def _check(generated, ptx):
+    assert ptx.keys() == generated.signatures.keys() and ptx
+    for text in ptx.values():
+        assert f".target sm_{CC[0]}{CC[1]}" in text
+        assert text.count(".entry ") == 1
+
+
+@pytest.mark.parametrize("case", device_cases.cases(), ids=lambda case: case.name)
+def test_corpus_kernels_compile(case):
+    _check(*_kernels(case.fn, *case.args))
+
+
+def _energy(x):
+    from cuda_lj import energy
+
+    return energy(x)
+
+
+def _fused_programs():
+    import test_cuda_fused_loops as fused
+
+    return [fused.fori_program, fused.scan_program, fused.grad_program]
+
+
+def test_gpu_launch_paths_compile():
+    """What only a GPU's launch configuration reaches: a sum longer than its block (partials,
+    then a second kernel), a product in cuBLAS's arrangement (the operand copies), float64
+    throughout, and the fused loops of both modes."""
+    rng = np.random.default_rng(0)
+    long = rng.normal(size=(3, 1000))
+    a, b = rng.normal(size=(40, 50)), rng.normal(size=(50, 30))
+    x32 = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    programs = [
+        (lambda x: (qb.sum(x), qb.max(x, axis=1), qb.sum(x * x, axis=0)), (long,), Launch()),
+        (lambda a, b: qb.sin(a.T).T @ b + 1.0, (a, b), Launch(cublas=True)),
+        (qb.value_and_grad(_energy), (rng.uniform(0, 3, (16, 3)),), Launch()),
+    ] + [(f, (x32, x32 + 1.5), Launch()) for f in _fused_programs()]
+    for f, args, launch in programs:
+        generated, ptx = _kernels(f, *args, launch=launch)
+        _check(generated, ptx)
+        assert ("_gemm(" in generated.source) == launch.cublas
+
+
+class _Device:
+    compute_capability = CC
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch, tmp_path):
+    """numba-cuda compiling for a device of compute capability CC with no device present:
+    only its queries of the current device, and loading a cubin onto it, are stood in for.
+    Counts the kernels compiled; the cache is private to the test."""
+    from numba.cuda import codegen, dispatcher
+
+    from lowering import cache
+
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_DIRS", None)
+    monkeypatch.setattr(dispatcher, "get_current_device", _Device)
+    monkeypatch.setattr(codegen.CUDACodeLibrary, "_ensure_cc",
+                        lambda self, cc: cc or (*CC, "a"))
+    monkeypatch.setattr(dispatcher._Kernel, "bind", lambda self: None)
+    made = []
+    init = dispatcher._Kernel.__init__
+
+    def counted(self, py_func, *args, **options):
+        made.append(py_func.__name__)
+        init(self, py_func, *args, **options)
+    monkeypatch.setattr(dispatcher._Kernel, "__init__", counted)
+    return made
+
+
+def test_kernel_cache_round_trip(stand_in_gpu):
+    from lowering import cache
+
+    made = stand_in_gpu
+    generated = generate(qb.jit(lambda x, y: (qb.sum(qb.exp(x) * y[0]), x @ y.T)).lower(
+        np.ones((5, 7)), np.ones((3, 7))).graph, Launch())
+    names = sorted(generated.signatures)
+
+    def bound():
+        module = compiled.bind(generated.source, "quabla_cuda_test", generated.signatures,
+                               _Device())
+        kernels = {k: getattr(module, k).overloads for k in names}
+        assert all(len(overloads) == 1 for overloads in kernels.values())
+        return {k: next(iter(o.values())) for k, o in kernels.items()}
+
+    cold = bound()
+    assert sorted(made) == names  # every kernel compiled once, eagerly
+    assert cache.info()["entries"] == 1
+    warm = bound()
+    assert sorted(made) == names  # nothing compiled again
+    for k in names:
+        assert warm[k].argument_types == cold[k].argument_types
+        assert (warm[k].library.get_asm_str((*CC, "a"))
+                == cold[k].library.get_asm_str((*CC, "a")))  # the stored PTX, not NVVM's again
+
+    key = compiled.cache_key(generated.source, generated.signatures, CC)
+    with open(os.path.join(cache.cache_dir(), key + ".o"), "r+b") as f:
+        f.seek(10)
+        f.write(b"\0" * 8)  # a corrupted entry is never unpickled: it fails its digest
+    made.clear()
+    bound()
+    assert sorted(made) == names
+    assert cache.read_object(key) is not None  # stored again
+
+    other = compiled.cache_key(generated.source, generated.signatures, (8, 0))
+    assert other != key  # another compute capability has an entry of its own
