@@ -11,6 +11,9 @@ whether the two agree.
     python benchmarks/cuda_lj.py               # 1024 and 8192 particles on the GPU
     python benchmarks/cuda_lj.py --tiny        # 12 particles, under NUMBA_ENABLE_CUDASIM=1
                                                # unless that variable is set already
+    python benchmarks/cuda_lj.py --first-call  # this process's first call of 1024 particles:
+                                               # cold, then warm from the compile cache when
+                                               # run again
 """
 
 import argparse
@@ -130,6 +133,21 @@ def measure(n, dtype, repeats):
     return dict(n=n, t_qb=t_qb, t_hand=t_hand, traffic=executable.traffic, agree=bool(agree))
 
 
+def first_call(n, dtype):
+    """Prints the seconds of ``import quabla`` and of the first call in this process."""
+    x = particles(n, dtype)
+    start = time.perf_counter()
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import quabla as qb
+
+    imported = time.perf_counter()
+    qb.jit(qb.value_and_grad(energy), device="cuda")(x)
+    done = time.perf_counter()
+    print(f"n={n}: import {imported - start:.3f} s, first call {done - imported:.3f} s")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="12 particles, once (under the "
@@ -137,7 +155,11 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192])
     parser.add_argument("--float64", action="store_true")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--first-call", action="store_true", help="time the import and the "
+                        "first call (compiling, or loading the cached kernels) of the first size")
     args = parser.parse_args(argv)
+    if args.first_call:
+        return first_call(args.sizes[0], np.float64 if args.float64 else np.float32)
     if args.tiny:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # read when Numba is first imported
         args.sizes, args.repeats = [12], 1
