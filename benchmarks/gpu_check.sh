@@ -17,19 +17,22 @@ export PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=0
 export QUABLA_CACHE_DIR="${QUABLA_CACHE_DIR:-$(mktemp -d)}"
 PYTHON="${PYTHON:-python3}"
 failed=0
-step() {
+step() {  # step SECONDS COMMAND...: runs COMMAND for at most SECONDS
+    local limit="$1"
+    shift
     echo "== $*"
-    "$@" || { echo "== FAILED ($?): $*"; failed=$((failed + 1)); }
+    timeout "$limit" "$@" || { echo "== FAILED ($?): $*"; failed=$((failed + 1)); }
 }
-step "$PYTHON" -c "import sys, numba, numba_cuda, numpy; from numba import cuda
+step 60 "$PYTHON" -c "import sys, numba, numba_cuda, numpy; from numba import cuda
 print(sys.version.split()[0], 'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__,
       'numpy', numpy.__version__); cuda.detect()"
-step "$PYTHON" -m pytest -q -m cuda -p no:cacheprovider tests/test_device_cuda.py \
-    tests/test_cuda_fused_loops.py tests/test_trainer_devices.py tests/test_cuda_ptx.py
-step "$PYTHON" benchmarks/cuda_lj.py
-step "$PYTHON" benchmarks/cuda_lj.py --float64
-step "$PYTHON" benchmarks/cuda_lj.py --first-call   # cold: compiles and stores the kernels
-step "$PYTHON" benchmarks/cuda_lj.py --first-call   # warm: loads them from the cache
-step "$PYTHON" benchmarks/run.py lj mlp_pinn --device cuda
+# (tests/test_cuda_ptx.py needs no GPU: CI runs it)
+step 300 "$PYTHON" -m pytest -q -x -m cuda -p no:cacheprovider tests/test_device_cuda.py \
+    tests/test_cuda_fused_loops.py tests/test_trainer_devices.py
+step 60 "$PYTHON" benchmarks/cuda_lj.py
+step 60 "$PYTHON" benchmarks/cuda_lj.py --float64
+step 60 "$PYTHON" benchmarks/cuda_lj.py --first-call   # cold: compiles and stores the kernels
+step 60 "$PYTHON" benchmarks/cuda_lj.py --first-call   # warm: loads them from the cache
+step 150 "$PYTHON" benchmarks/run.py lj mlp_pinn --device cuda --impls quabla,jax
 echo "== $failed step(s) failed"
 exit "$failed"

@@ -13,18 +13,13 @@ and NVRTC) and numba.cuda is not its simulator in this process.
 """
 
 import os
+import re
 import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (HERE, ROOT, os.path.join(ROOT, "benchmarks")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import cuda_runner  # noqa: E402
+import cuda_runner
 
 pytestmark = pytest.mark.cuda
 cuda_runner.require_numba_cuda()
@@ -73,6 +68,9 @@ def test_corpus_kernels_compile(case):
 
 
 def _energy(x):
+    bench = os.path.join(cuda_runner.ROOT, "benchmarks")
+    if bench not in sys.path:
+        sys.path.append(bench)
     from cuda_lj import energy
 
     return energy(x)
@@ -101,6 +99,17 @@ def test_gpu_launch_paths_compile():
         generated, ptx = _kernels(f, *args, launch=launch)
         _check(generated, ptx)
         assert ("_gemm(" in generated.source) == launch.cublas
+
+
+def test_many_reductions_fit_a_block_shared_memory():
+    """Thirty sums over one axis are one kernel's accumulators: they share one shared array,
+    so the kernel stays within a block's 48 KiB of static shared memory (a GPU refuses more)."""
+    f = lambda x: [qb.sum(qb.sin(x * (k + 1.0)), axis=1) for k in range(30)]
+    generated, ptx = _kernels(f, np.ones((4, 5000)))
+    _check(generated, ptx)
+    for text in ptx.values():
+        shared = sum(map(int, re.findall(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\]", text)))
+        assert shared <= 48 * 1024
 
 
 class _Device:

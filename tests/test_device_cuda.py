@@ -78,9 +78,14 @@ def case_reductions_across_blocks():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=n), rng.normal(size=(n + 2, 3))
     executable = _parity(lambda x, y: (qb.sum(x), qb.max(y, axis=0), qb.sum(y * y, axis=1),
-                                       qb.min(y), qb.any(y > 2.0), qb.all(y < 2.0, axis=0)),
+                                       qb.min(y), qb.any(y > 2.0), qb.all(y < 2.0, axis=0),
+                                       qb.sum(qb.exp(y), axis=0)),
                          x, y, exact=True)
     assert "cuda.blockIdx.x] = sm" in executable.source  # partials of several blocks
+    # the max, the exp sum and the all over axis 0 are one kernel's, reduced one after another
+    # in one shared array per dtype
+    assert "sm_float64 = cuda.shared.array" in executable.source
+    assert "sm_bool = cuda.shared.array" in executable.source
 
 
 def case_sum_is_deterministic():

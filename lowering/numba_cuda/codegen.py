@@ -326,20 +326,24 @@ class _Emitter:
             self.kernel(self.block_tree(K, nb, accumulators, element, targets), (1, rows), T)
 
     def block_tree(self, K, L, accumulators, element, targets):
+        """The accumulators are reduced one after another, so those of one dtype share one
+        shared array (a block's static shared memory is at most 48 KiB)."""
         T = self.launch.threads
-        body = [f"sm{nid} = cuda.shared.array({T}, {_np(dtype)})"
-                for nid, _, dtype, _ in accumulators]
+        body = [f"sm_{dtype} = cuda.shared.array({T}, {_np(dtype)})"
+                for dtype in sorted({dtype for _, _, dtype, _ in accumulators})]
         body += ["t = cuda.threadIdx.x",
                  f"for kk in range(cuda.blockIdx.y, {K}, cuda.gridDim.y):"]
         loop = [f"a{nid} = {_literal(_INIT[op], dtype)}" for nid, op, dtype, _ in accumulators]
         loop.append(f"for j in range(cuda.blockIdx.x * {T} + t, {L}, cuda.gridDim.x * {T}):")
         loop += _indent(element, 1)
         for (nid, op, dtype, _), target in zip(accumulators, targets):
-            both = _COMBINE[op].format(a=f"sm{nid}[t]", b=f"sm{nid}[t + s]")
-            loop += [f"sm{nid}[t] = a{nid}", "cuda.syncthreads()", f"s = {T // 2}",
-                     "while s > 0:", "    if t < s:", f"        sm{nid}[t] = {both}",
+            sm = f"sm_{dtype}"
+            both = _COMBINE[op].format(a=f"{sm}[t]", b=f"{sm}[t + s]")
+            loop += [f"{sm}[t] = a{nid}", "cuda.syncthreads()", f"s = {T // 2}",
+                     "while s > 0:", "    if t < s:", f"        {sm}[t] = {both}",
                      "    cuda.syncthreads()", "    s //= 2",
-                     "if t == 0:", f"    {target} = sm{nid}[0]", "cuda.syncthreads()"]
+                     # every thread is past its read of sm[0] before the next one is written
+                     "if t == 0:", f"    {target} = {sm}[0]", "cuda.syncthreads()"]
         return body + _indent(loop, 1)
 
     # -- statements ----------------------------------------------------------------------
