@@ -112,6 +112,20 @@ def test_many_reductions_fit_a_block_shared_memory():
         assert shared <= 48 * 1024
 
 
+def test_kernels_equal_up_to_names_are_one_kernel():
+    """A PINN's gradient repeats the same elementwise steps on different values: those
+    launches share one kernel (compiled once), and no two kernels of a module are the same."""
+    case = {case.name: case for case in device_cases.cases()}["pinn-value_and_grad"]
+    generated = generate(qb.jit(case.fn).lower(*case.args).graph, Launch())
+    launches = re.findall(r"^ +(k\d+)\[", generated.source, re.M)
+    assert set(launches) == generated.signatures.keys()
+    assert len(launches) > len(generated.signatures)
+    bodies = re.findall(r"^@cuda\.jit\ndef k\d+(\(.*?)(?=^@cuda|^def )", generated.source,
+                        re.M | re.S)
+    kernels = list(zip(bodies, generated.signatures.values()))  # both in the order defined
+    assert len(bodies) == len(generated.signatures) == len(set(kernels))
+
+
 class _Device:
     compute_capability = CC
 

@@ -26,6 +26,11 @@ intermediates and results are slots of one pooled scratch buffer per dtype
   functions, unless its body is elementwise (``fused_loop_shape``): then the whole loop is
   ONE kernel, each thread carrying its elements through every step in scalar locals.
 
+Kernels are written with canonical names (arrays ``x0``, ``x1``, ... in parameter order,
+elements ``e<k>``, accumulators ``z<k>``): the launches of kernels that differ only in the names
+of their values share one kernel, so numba.cuda compiles it once (a gradient repeats the same
+elementwise step on different values: the MLP PINN's 34 launches need 24 kernels).
+
 Tiling the batch axis (``TileBegin``/``TileEnd``) is a CPU cache optimisation: the statements
 inside a tile loop are run once over whole arrays instead (their order stays valid).
 """
@@ -137,9 +142,9 @@ class _Module:
         self.kernels = []    # module-level source lines
         self.constants = []  # non-scalar constant arrays, uploaded once
         self.programs = []   # (host function name, source, buffers, slots)
-        self.count = 0       # kernels so far
         self.regions = 0     # region programs so far
         self.signatures = {}  # kernel name -> its Numba signature (C-contiguous arrays)
+        self.named = {}      # (canonical kernel text, signature) -> its kernel's name
         self.traffic = 0     # bytes of the arrays the main program's kernels name, once each
 
 
@@ -257,18 +262,24 @@ class _Emitter:
 
     # -- kernels -------------------------------------------------------------------------
     def kernel(self, body, grid, block):
-        """Adds a kernel with ``body`` (lines at depth 1) and its launch; its parameters are
-        the device arrays the body names."""
-        name = f"k{self.module.count}"
-        self.module.count += 1
+        """Adds the launch of a kernel with ``body`` (lines at depth 1) on the device arrays
+        the body names, and the kernel unless the module has it already: kernels are written
+        with canonical names (``_canonical``), so one that differs from an earlier one only in
+        the names of its values (a gradient repeats the same elementwise step) is compiled
+        once."""
         arrays = sorted(set(_ARRAY.findall("\n".join(body))), key=_order)
-        params = ", ".join(arrays)
         if self.top:
             self.module.traffic += sum(_nbytes(*self.arrays[a]) for a in arrays)
-        self.module.signatures[name] = "void(%s)" % ", ".join(
-            _array_type(*self.arrays[a]) for a in arrays)
-        self.module.kernels += ["", "@cuda.jit", f"def {name}({params}):"] + _indent(body, 1)
-        self.host.append(f"{name}[{grid}, {block}]({params})")
+        signature = "void(%s)" % ", ".join(_array_type(*self.arrays[a]) for a in arrays)
+        text = _canonical(body, arrays)
+        name = self.module.named.get((text, signature))
+        if name is None:
+            name = self.module.named[text, signature] = f"k{len(self.module.named)}"
+            self.module.signatures[name] = signature
+            params = ", ".join(f"x{k}" for k in range(len(arrays)))
+            self.module.kernels += ["", "@cuda.jit", f"def {name}({params}):"] + _indent(
+                text.split("\n"), 1)
+        self.host.append(f"{name}[{grid}, {block}]({', '.join(arrays)})")
 
     def grid_stride(self, shape, lines_at):
         """A kernel over the elements of ``shape``: ``lines_at(idx)`` computes one."""
@@ -765,6 +776,26 @@ class _Emitter:
                 f"v{nid}[{', '.join(idx)}] = ({old} + {self.read(v, None, rest)}) "
                 f"if {idx[b]} == k else {old}"]
         self.grid_stride(tuple(node.shape), lines)
+
+
+_RENAMED = re.compile(r"\b(?:[vpw]\d+[a-z]?|[sa]\d+)\b")  # arrays, elements, accumulators
+
+
+def _canonical(body, arrays):
+    """``body`` with its arrays named ``x0``, ``x1``, ... in the order of ``arrays`` (the
+    kernel's parameters), its elements (``s<node>``) ``e0``, ``e1``, ... and its accumulators
+    (``a<node>``) ``z0``, ``z1``, ... in the order they first appear."""
+    names = {a: f"x{k}" for k, a in enumerate(arrays)}
+    counts = {"s": 0, "a": 0}
+
+    def rename(match):
+        word = match.group(0)
+        if word not in names:
+            kind = word[0]
+            names[word] = f"{'e' if kind == 's' else 'z'}{counts[kind]}"
+            counts[kind] += 1
+        return names[word]
+    return _RENAMED.sub(rename, "\n".join(body))
 
 
 def _order(name):
