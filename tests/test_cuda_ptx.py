@@ -155,39 +155,57 @@ def stand_in_gpu(monkeypatch, tmp_path):
     return made
 
 
+def _bound(generated):
+    """``{kernel name: its one compiled kernel}`` of ``generated`` bound on the stand-in."""
+    module = compiled.bind(generated.source, "quabla_cuda_test", generated.signatures,
+                           generated.texts, _Device())
+    kernels = {k: getattr(module, k).overloads for k in generated.signatures}
+    assert all(len(overloads) == 1 for overloads in kernels.values())
+    return {k: next(iter(o.values())) for k, o in kernels.items()}
+
+
+def _generated(f, *args):
+    return generate(qb.jit(f).lower(*args).graph, Launch())
+
+
 def test_kernel_cache_round_trip(stand_in_gpu):
     from lowering import cache
 
     made = stand_in_gpu
-    generated = generate(qb.jit(lambda x, y: (qb.sum(qb.exp(x) * y[0]), x @ y.T)).lower(
-        np.ones((5, 7)), np.ones((3, 7))).graph, Launch())
+    x, y = np.ones((5, 7)), np.ones((3, 7))
+    generated = _generated(lambda x, y: (qb.sum(qb.exp(x) * y[0]), x @ y.T), x, y)
     names = sorted(generated.signatures)
-
-    def bound():
-        module = compiled.bind(generated.source, "quabla_cuda_test", generated.signatures,
-                               _Device())
-        kernels = {k: getattr(module, k).overloads for k in names}
-        assert all(len(overloads) == 1 for overloads in kernels.values())
-        return {k: next(iter(o.values())) for k, o in kernels.items()}
-
-    cold = bound()
+    keys = {k: compiled.cache_key(generated.texts[k], generated.signatures[k], CC)
+            for k in names}
+    cold = _bound(generated)
     assert sorted(made) == names  # every kernel compiled once, eagerly
-    assert cache.info()["entries"] == 1
-    warm = bound()
+    assert cache.info()["entries"] == len(names) == len(set(keys.values()))
+    warm = _bound(generated)
     assert sorted(made) == names  # nothing compiled again
     for k in names:
         assert warm[k].argument_types == cold[k].argument_types
         assert (warm[k].library.get_asm_str((*CC, "a"))
                 == cold[k].library.get_asm_str((*CC, "a")))  # the stored PTX, not NVVM's again
 
-    key = compiled.cache_key(generated.source, generated.signatures, CC)
-    with open(os.path.join(cache.cache_dir(), key + ".o"), "r+b") as f:
+    corrupted = names[0]
+    with open(os.path.join(cache.cache_dir(), keys[corrupted] + ".o"), "r+b") as f:
         f.seek(10)
         f.write(b"\0" * 8)  # a corrupted entry is never unpickled: it fails its digest
     made.clear()
-    bound()
-    assert sorted(made) == names
-    assert cache.read_object(key) is not None  # stored again
+    _bound(generated)
+    assert made == [corrupted]  # only that kernel is compiled again, and stored again
+    assert cache.read_object(keys[corrupted]) is not None
 
-    other = compiled.cache_key(generated.source, generated.signatures, (8, 0))
-    assert other != key  # another compute capability has an entry of its own
+    # another program holding some of the same kernels (under other names) compiles the rest
+    edited = _generated(lambda x, y: (qb.sum(qb.exp(x) * y[0]), x @ y.T, qb.tanh(y) * 3.0),
+                        x, y)
+    shared = {k for k in edited.signatures
+              if compiled.cache_key(edited.texts[k], edited.signatures[k], CC)
+              in keys.values()}
+    assert shared and len(shared) < len(edited.signatures)
+    made.clear()
+    _bound(edited)
+    assert sorted(made) == sorted(set(edited.signatures) - shared)
+
+    assert compiled.cache_key(generated.texts[corrupted], generated.signatures[corrupted],
+                              (8, 0)) != keys[corrupted]  # another compute capability

@@ -91,7 +91,8 @@ class CudaExecutable:
         self._gpu = gpu
         with gpu:
             module = (compiled.load(self.source, name) if simulated() else
-                      compiled.bind(self.source, name, generated.signatures, gpu))
+                      compiled.bind(self.source, name, generated.signatures,
+                                    generated.texts, gpu))
             fixed = tuple(cuda.to_device(np.ascontiguousarray(c)) for c in generated.constants)
         entry, resident = getattr(module, ENTRY), getattr(module, RESIDENT)
         self.kernels = {k: getattr(module, k) for k in generated.signatures}

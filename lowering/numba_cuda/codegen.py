@@ -144,7 +144,8 @@ class _Module:
         self.programs = []   # (host function name, source, buffers, slots)
         self.regions = 0     # region programs so far
         self.signatures = {}  # kernel name -> its Numba signature (C-contiguous arrays)
-        self.named = {}      # (canonical kernel text, signature) -> its kernel's name
+        self.texts = {}      # kernel name -> its body (canonical: no name of a value in it)
+        self.named = {}      # (body, signature) -> its kernel's name
         self.traffic = 0     # bytes of the arrays the main program's kernels name, once each
 
 
@@ -276,6 +277,7 @@ class _Emitter:
         if name is None:
             name = self.module.named[text, signature] = f"k{len(self.module.named)}"
             self.module.signatures[name] = signature
+            self.module.texts[name] = text
             params = ", ".join(f"x{k}" for k in range(len(arrays)))
             self.module.kernels += ["", "@cuda.jit", f"def {name}({params}):"] + _indent(
                 text.split("\n"), 1)
@@ -890,6 +892,7 @@ class Generated(NamedTuple):
     constants: list
     programs: list
     signatures: dict
+    texts: dict
     traffic: int
 
 
@@ -900,7 +903,8 @@ def generate(graph, launch):
     the constants (the ``c`` the host functions take) and ``(name, buffers, slots)`` per
     program: the scratch each needs (``w[name]``: the views ``slots``, (variable, dtype name,
     offset, shape) each, of buffers of ``buffers`` elements per dtype); ``signatures``: the
-    Numba signature of each kernel, by name (what it is compiled for); ``traffic`` estimates
+    Numba signature of each kernel, by name (what it is compiled for), and ``texts`` its
+    body, which with the signature says all that it computes; ``traffic`` estimates
     the bytes a call of the main program moves (each array its kernels name, once per kernel;
     regions' bodies are not counted)."""
     module = _Module(launch)
@@ -908,4 +912,4 @@ def generate(graph, launch):
     hosts = [source for _, source, _, _ in module.programs]
     source = _HEADER + "\n".join(module.kernels) + "\n\n\n" + "\n\n".join(hosts)
     return Generated(source, module.constants, [(n, b, s) for n, _, b, s in module.programs],
-                     module.signatures, module.traffic)
+                     module.signatures, module.texts, module.traffic)
