@@ -126,6 +126,14 @@ def test_kernels_equal_up_to_names_are_one_kernel():
     assert len(bodies) == len(generated.signatures) == len(set(kernels))
 
 
+def test_an_element_read_several_times_is_loaded_once():
+    generated, ptx = _kernels(lambda x, y: x * x * y[::-1] + qb.sin(x) * y[::-1],
+                              np.ones(9), np.ones(9))
+    _check(generated, ptx)
+    assert generated.source.count("x0[i0]") == 1 and "m0 = x0[i0]" in generated.source
+    assert generated.source.count("x1[8 - i0]") == 1  # the reversed y, once too
+
+
 class _Device:
     compute_capability = CC
 

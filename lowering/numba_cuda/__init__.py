@@ -124,7 +124,8 @@ class CudaExecutable:
         from numba import cuda
 
         with self._gpu:
-            return cuda.to_device(array.reshape(array.shape or (1,)))
+            # C order: the layout every kernel is compiled for (another would compile again)
+            return cuda.to_device(np.ascontiguousarray(array).reshape(array.shape or (1,)))
 
     def to_host(self, value, shape, dtype):
         with self._gpu:

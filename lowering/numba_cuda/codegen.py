@@ -259,7 +259,7 @@ class _Emitter:
             lines.append(f"s{m} = {expr}")
             if m in group.materialized:
                 lines.append(f"v{m}[{', '.join(idx)}] = s{m}")
-        return lines
+        return _bind_loads(lines)
 
     # -- kernels -------------------------------------------------------------------------
     def kernel(self, body, grid, block):
@@ -798,6 +798,29 @@ def _canonical(body, arrays):
             counts[kind] += 1
         return names[word]
     return _RENAMED.sub(rename, "\n".join(body))
+
+
+_LOAD = re.compile(r"\b[vpw]\d+[a-z]?\[[^\[\]]*\]")  # an element read from a device array
+
+
+def _bind_loads(lines):
+    """The assignments ``lines`` with each element read more than once bound to a local
+    (``m0 = v3[i0, i1]``) before its first use. Their reads are all in bounds, and of arrays
+    the kernel does not write, so reading once is the same; it is fewer statements for Numba
+    to type and lower, and fewer loads from device memory."""
+    split = [line.split(" = ", 1) for line in lines]
+    count = {}
+    for _, value in split:
+        for load in _LOAD.findall(value):
+            count[load] = count.get(load, 0) + 1
+    names, out = {}, []
+    for target, value in split:
+        for load in _LOAD.findall(value):
+            if count[load] > 1 and load not in names:
+                names[load] = f"m{len(names)}"
+                out.append(f"{names[load]} = {load}")
+        out.append(f"{target} = " + _LOAD.sub(lambda m: names.get(m[0], m[0]), value))
+    return out
 
 
 def _order(name):
