@@ -2,11 +2,13 @@
 device parity corpus (and for programs taking the paths that only a GPU's launch configuration
 reaches) is compiled to PTX by NVVM for its recorded signature, as a GPU would compile it. The
 simulator runs kernels as Python and types nothing, so this is what catches a kernel that
-numba.cuda cannot type or lower, or a signature that does not match what the host passes.
+numba.cuda cannot type or lower, or one a GPU would refuse (too much shared memory). That
+launches match the signatures is checked on a GPU (test_device_cuda's ``_compiled_once``).
 
 Also the kernel cache (lowering/numba_cuda/compiled.py) on a stand-in device: a cold ``bind``
-compiles and stores every kernel, a warm one rebuilds them from the entry without compiling,
-and an entry that fails verification is compiled again.
+compiles and stores every kernel, a warm one rebuilds them from their entries without
+compiling, an entry that fails verification is compiled again, and another program compiles
+only the kernels it does not share.
 
 These run where numba-cuda's compiler libraries are installed (the 'test' extra installs NVVM
 and NVRTC) and numba.cuda is not its simulator in this process.
