@@ -23,6 +23,7 @@ miss (and recompiles). ``python -m quabla.cache`` shows and clears the cache.
 """
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -39,7 +40,7 @@ try:
 except ImportError:  # no advisory locks here: changes are still atomic per file
     fcntl = None
 
-__all__ = ["cache_dir", "entry_key", "write_source", "read_object", "write_object",
+__all__ = ["cache_dir", "entry_key", "sources_digest", "write_source", "read_object", "write_object",
            "max_bytes", "info", "clear"]
 
 _PREFIX = "qb_"  # every file the cache writes starts with it (and only those are ever purged)
@@ -81,14 +82,20 @@ def _versions():
 
     # the generated code links the runtime helpers and kernels into its machine code, compiled
     # for the entries' target: a change to any of them must not reuse entries compiled before
-    digest = hashlib.sha256()
-    for name in _LINKED_IN:
-        with open(os.path.join(os.path.dirname(__file__), name), "rb") as f:
-            digest.update(f.read())
-    helpers = digest.hexdigest()[:16]
     return f"quabla={__version__};numba={_numba_version()};llvmlite={llvmlite.__version__};" \
            f"numpy={numpy.__version__};python={sys.version.split()[0]};{platform.machine()};" \
-           f"{abi_tag()};runtime={helpers}"
+           f"{abi_tag()};runtime={sources_digest(_LINKED_IN)}"
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest(names):
+    """A short digest of the files ``names`` (paths under lowering/), read once per process:
+    what an entry's key says of the code compiled into it besides the generated source."""
+    digest = hashlib.sha256()
+    for name in names:
+        with open(os.path.join(os.path.dirname(__file__), name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 _UID = os.getuid() if hasattr(os, "getuid") else None

@@ -12,8 +12,6 @@ checked its owner, its permissions and its digest (docs/compile-cache.md): a pic
 exactly as far as the object code the CPU back end links into the process.
 """
 
-import hashlib
-import os
 import pickle
 import types
 
@@ -34,8 +32,7 @@ def cache_key(text, signature, cc):
     compute capability ``cc``."""
     import numba_cuda
 
-    with open(os.path.join(os.path.dirname(__file__), "runtime.py"), "rb") as f:
-        runtime = hashlib.sha256(f.read()).hexdigest()[:16]
+    runtime = cache.sources_digest(("numba_cuda/runtime.py",))
     return cache.entry_key(f"# CUDA sm_{cc[0]}{cc[1]}; numba-cuda={numba_cuda.__version__}; "
                            f"runtime={runtime}\n# {signature}\n{text}")
 
