@@ -23,6 +23,30 @@ def assert_close(actual, expected, rtol=1e-12, atol=1e-12, err_msg=""):
     np.testing.assert_allclose(np64(actual), np64(expected), rtol=rtol, atol=atol, err_msg=err_msg)
 
 
+class OnDevice:
+    """The device of a device-parametrised test (conftest.py runs a test that takes ``on`` once
+    per device of ``qb.devices()``). ``on(fn)`` is ``fn`` itself on "cpu", the transforms' own
+    staging path, and ``jit(fn, device=...)`` elsewhere. ``on.close`` compares with the test's
+    tolerance, or with float32's on a device that runs float64 programs as float32 (MLX)."""
+
+    FLOAT32 = dict(rtol=2e-4, atol=2e-5)
+
+    def __init__(self, device):
+        self.device = device
+        self.narrows = device == "mlx"
+
+    def __repr__(self):
+        return self.device
+
+    def __call__(self, fn, **jit_options):
+        return fn if self.device == "cpu" else qb.jit(fn, device=self.device, **jit_options)
+
+    def close(self, actual, expected, rtol=1e-12, atol=1e-12):
+        if self.narrows:
+            rtol, atol = max(rtol, self.FLOAT32["rtol"]), max(atol, self.FLOAT32["atol"])
+        assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
 def assert_results_match(actual, expected, rtol, atol):
     """A back end's results against the interpreter's: the same number, dtypes and shapes;
     bool results equal, the others within tolerance."""

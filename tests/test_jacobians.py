@@ -1,5 +1,6 @@
 """jacobian and hessian (spec 003 §3.4, 000 "S4 as landed"): dense blocks from one staged
-program, either direction, pytree blocks, and further transforms of them."""
+program, either direction, pytree blocks, and further transforms of them. A test that takes
+``on`` runs on every device (helpers.OnDevice); finite differences are taken on the CPU."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,8 @@ import pytest
 import quabla as qb
 
 from helpers import assert_close, fd_jacobian, np64
+
+pytestmark = pytest.mark.filterwarnings("ignore::quabla.PrecisionWarning")  # MLX's float32
 
 
 def f_wide(x):          # more inputs than outputs: reverse mode
@@ -19,51 +22,51 @@ def f_tall(x):          # more outputs than inputs: forward mode
 
 @pytest.mark.parametrize("f, n", [(f_wide, 5), (f_tall, 2)], ids=["reverse", "forward"])
 @pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
-def test_jacobian_matches_finite_differences(f, n, dtype):
+def test_jacobian_matches_finite_differences(f, n, dtype, on):
     x = np.random.default_rng(0).uniform(-1, 1, n)
-    jac = qb.jacobian(f)(qb.array(x, dtype=dtype))
+    jac = on(qb.jacobian(f))(qb.array(x, dtype=dtype))
     assert jac.dtype is dtype
     expected = fd_jacobian(f, [x])
     tol = dict(rtol=1e-7, atol=1e-8) if dtype is qb.float64 else dict(rtol=1e-4, atol=1e-4)
-    assert_close(jac, expected, **tol)
+    on.close(jac, expected, **tol)
 
 
-def test_blocks_follow_pytrees_and_bool_leaves_get_none():
+def test_blocks_follow_pytrees_and_bool_leaves_get_none(on):
     def f(p, flag):
         return {"u": p["w"] * p["b"][0], "s": qb.sum(p["w"])}
 
     p = {"w": qb.array([1.0, 2.0, 3.0]), "b": qb.array([0.5])}
-    jac = qb.jacobian(f, argnums=(0, 1))(p, qb.array([True, False]))
+    jac = on(qb.jacobian(f, argnums=(0, 1)))(p, qb.array([True, False]))
     (du, du_flag), (ds, ds_flag) = jac["u"], jac["s"]
     assert du_flag is None and ds_flag is None
     assert du["w"].shape == [3, 3] and du["b"].shape == [3, 1] and ds["w"].shape == [3]
-    assert_close(du["w"], 0.5 * np.eye(3))
-    assert_close(du["b"], [[1.0], [2.0], [3.0]])
-    assert_close(ds["w"], [1.0, 1.0, 1.0])
-    assert_close(ds["b"], [0.0])
+    on.close(du["w"], 0.5 * np.eye(3))
+    on.close(du["b"], [[1.0], [2.0], [3.0]])
+    on.close(ds["w"], [1.0, 1.0, 1.0])
+    on.close(ds["b"], [0.0])
 
 
-def test_hessian_is_symmetric_and_exact():
+def test_hessian_is_symmetric_and_exact(on):
     def f(x):
         return qb.sum(qb.sin(x) * x[0] + qb.exp(x * x[1]))
 
     x = np.array([0.3, -0.7, 1.1])
-    hess = np64(qb.hessian(f)(qb.array(x)))
-    np.testing.assert_allclose(hess, hess.T, rtol=1e-12, atol=1e-12)
+    hess = np64(on(qb.hessian(f))(qb.array(x)))
+    on.close(hess, hess.T)
     grad = lambda v: qb.grad(f)(v)
-    assert_close(hess, fd_jacobian(grad, [x]), rtol=1e-7, atol=1e-7)
+    on.close(hess, fd_jacobian(grad, [x]), rtol=1e-7, atol=1e-7)
 
 
-def test_further_transforms_and_inlining():
+def test_further_transforms_and_inlining(on):
     cube = lambda x: qb.sum(x ** 3)
     x = qb.array([1.0, 2.0])
     # grad of a function of the Hessian: d/dx trace(H) = d/dx sum(6 x) = 6
-    assert qb.grad(lambda x: qb.sum(qb.hessian(cube)(x)))(x).tolist() == [6.0, 6.0]
-    batched = qb.vmap(qb.hessian(cube))(qb.array([[1.0, 2.0], [3.0, 4.0]]))
-    assert_close(batched, [[[6, 0], [0, 12]], [[18, 0], [0, 24]]])
-    jac_of_vmap = qb.jacobian(qb.vmap(lambda t: qb.sin(t) * t))(x)
-    assert_close(jac_of_vmap, np.diag(np.cos([1.0, 2.0]) * [1.0, 2.0] + np.sin([1.0, 2.0])))
-    assert_close(qb.jit(qb.jacobian(qb.sin))(x), np.diag(np.cos([1.0, 2.0])))
+    on.close(on(qb.grad(lambda x: qb.sum(qb.hessian(cube)(x))))(x), [6.0, 6.0], atol=0)
+    batched = on(qb.vmap(qb.hessian(cube)))(qb.array([[1.0, 2.0], [3.0, 4.0]]))
+    on.close(batched, [[[6, 0], [0, 12]], [[18, 0], [0, 24]]])
+    jac_of_vmap = on(qb.jacobian(qb.vmap(lambda t: qb.sin(t) * t)))(x)
+    on.close(jac_of_vmap, np.diag(np.cos([1.0, 2.0]) * [1.0, 2.0] + np.sin([1.0, 2.0])))
+    on.close(qb.jit(qb.jacobian(qb.sin), device=on.device)(x), np.diag(np.cos([1.0, 2.0])))
 
 
 def test_one_program_whatever_the_input_size():
@@ -95,14 +98,14 @@ def _batched_solve_args():
     lambda a, b: qb.sum(qb.solve(a, b) ** 2, axis=(1, 2)),       # 2 outputs: reverse mode
     lambda a, b: qb.cholesky(a @ qb.transpose(a, (0, 2, 1))) @ b,
 ], ids=["forward", "reverse", "cholesky"])
-def test_jacobian_of_a_batched_solve(f):
+def test_jacobian_of_a_batched_solve(f, on):
     a, b = _batched_solve_args()
-    ja, jb = qb.jacobian(f, argnums=(0, 1))(qb.array(a), qb.array(b))
+    ja, jb = on(qb.jacobian(f, argnums=(0, 1)))(qb.array(a), qb.array(b))
     out_shape = tuple(f(qb.array(a), qb.array(b)).shape)
     assert ja.shape == out_shape + a.shape and jb.shape == out_shape + b.shape
     size = int(np.prod(out_shape))
     jac = np.concatenate([np64(ja).reshape(size, -1), np64(jb).reshape(size, -1)], axis=1)
-    assert_close(jac, fd_jacobian(f, [a, b]), rtol=1e-7, atol=1e-8)
+    on.close(jac, fd_jacobian(f, [a, b]), rtol=1e-7, atol=1e-8)
 
 
 def test_jacobian_of_a_batched_solve_against_jax():
