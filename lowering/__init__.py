@@ -7,11 +7,14 @@ transform layer.
 """
 
 import os
+import re
 
-__all__ = ["compile", "backend_for", "BACKENDS", "available_devices", "canonical_device", "walk"]
+__all__ = ["compile", "source", "backend_for", "BACKENDS", "available_devices",
+           "canonical_device", "walk"]
 
 BACKENDS = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
 EXTRAS = {"cuda": "pip install 'quabla[cuda]'", "mlx": "pip install 'quabla[mlx]'"}
+DEVICE_NAME = re.compile(r"cpu|mlx|cuda(:[0-9]+)?")  # what a device may be called
 
 
 def backend_for(device):
@@ -61,7 +64,8 @@ def _absent(device):
     """The error for a device this installation cannot run, naming what it can."""
     from quabla.errors import UnsupportedOperationError
 
-    family = device.split(":")[0] if isinstance(device, str) else None
+    named = isinstance(device, str) and DEVICE_NAME.fullmatch(device)
+    family = device.split(":")[0] if named else None
     install = f"; {EXTRAS[family]} installs it" if family in EXTRAS else ""
     known = "'cpu', 'cuda', 'cuda:N' or 'mlx'"
     what = "is not available" if family in EXTRAS else f"is not a device (expected {known})"
@@ -85,17 +89,25 @@ def walk(graph):
                     yield from walk(item)
 
 
+def _resolve(graph, device):
+    """``(graph with its solvers expanded, canonical device, back-end name)``; a device this
+    installation cannot run raises ``UnsupportedOperationError``."""
+    from quabla.core.expand import expand
+
+    name = canonical_device(device)
+    backend = backend_for(name)
+    if backend not in BACKENDS and name not in available_devices():
+        raise _absent(device)
+    return expand(graph), name, backend  # back ends see regions and plain ops, not solvers
+
+
 def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
     """An ``Executable`` for ``graph`` on ``device``: called with one ndarray per input, it
     returns a sequence of ndarrays, one per output. Its ``run`` attribute is the same call
     without indirection. ``options`` may hold ``precision`` (jit's ``precision=``) and the
     ``name``/``function`` a warning names."""
-    from quabla.core.expand import expand
-
-    graph = expand(graph)  # solvers become their loops: back ends see regions and plain ops
+    graph, name, backend = _resolve(graph, device)
     options = options or {}
-    name = canonical_device(device)
-    backend = backend_for(name)
     if backend == "interpret":
         from .interpret import Interpreter
 
@@ -104,8 +116,6 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
         from .numba_cpu import compile_graph
 
         return compile_graph(graph, options)
-    if name not in available_devices():
-        raise _absent(device)
     if name == "mlx":
         from .mlx import compile_graph
 
@@ -113,3 +123,25 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
     from .numba_cuda import compile_graph
 
     return compile_graph(graph, int(name[5:]), options)
+
+
+def source(graph, device=None):
+    """The text ``compile`` generates for ``graph`` on ``device`` and has Numba compile (the
+    module of the CPU entry, or of the CUDA kernels and their host function); None where a
+    back end generates none (MLX calls ``mlx.core`` from its rule table; the interpreter walks
+    the graph). Ops the back end cannot lower raise as ``compile`` does."""
+    graph, name, backend = _resolve(graph, device)
+    if backend == "interpret":
+        return None
+    if backend == "numba":
+        from .numba_cpu import module_source
+
+        return module_source(graph)[0]
+    if name == "mlx":
+        from .mlx import check_supported
+
+        check_supported(graph)
+        return None
+    from .numba_cuda import module_source
+
+    return module_source(graph, int(name[5:]))

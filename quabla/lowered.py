@@ -23,11 +23,13 @@ class Lowered:
 
     @property
     def source(self):
-        """The generated Python source that Numba compiles (CPU back end)."""
+        """The Python source this device's back end generates and has Numba compile: the CPU
+        entry's module, or the CUDA kernels' and their host function's; None on MLX, whose
+        program is calls of ``mlx.core``, not generated text."""
         if self._source is None:
-            from lowering.numba_cpu import module_source
+            from lowering import source
 
-            self._source = module_source(self.graph)[0]
+            self._source = source(self.graph, self.device)
         return self._source
 
     @property

@@ -53,6 +53,23 @@ def test_compiled_takes_and_returns_the_jitted_pytrees(compiled):
     assert float(flat[0]) == float(value)
 
 
+def test_source_is_what_the_device_compiles(on):
+    """``.source`` is the text the lowered device's back end has Numba compile: the CPU
+    entry's module, the CUDA kernels' module; None on MLX, which calls mlx.core. Solvers are
+    expanded into their loops first, as for compiling."""
+    def f(x):
+        root = qb.newton(lambda r, c: r * r - c, qb.ones(x.shape, dtype=x.dtype), x)
+        return qb.sum(qb.sin(x) ** 2 + root)
+
+    lowered = qb.jit(qb.grad(f), device=on.device).lower(qb.ShapeDtype((5,), qb.float32))
+    compiled = lowered.compile()
+    assert lowered.source == compiled.executable.source
+    marker = {"cpu": "def quabla_entry", "mlx": None}.get(on.device, "@cuda.jit")
+    assert lowered.source is None if marker is None else marker in lowered.source
+    x = np.linspace(1.0, 2.0, 5)
+    on.close(compiled(x.astype(np.float32)), np.sin(2 * x) + 0.5 / np.sqrt(x), rtol=2e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("args, got", [
     (({"w": W, "b": B}, X.astype(np.float32)), "float32[4, 3]"),
     (({"w": W, "b": B}, X[:2]), "float64[2, 3]"),

@@ -22,8 +22,8 @@ from quabla.errors import UnsupportedOperationError
 from . import blas, compiled
 from .codegen import ENTRY, RESIDENT, Launch, check_supported, generate
 
-__all__ = ["device_count", "simulated", "compile_graph", "CudaExecutable", "Launch",
-           "SIMULATOR_LAUNCH"]
+__all__ = ["device_count", "simulated", "compile_graph", "module_source", "default_launch",
+           "CudaExecutable", "Launch", "SIMULATOR_LAUNCH"]
 
 # The simulator runs every thread as a Python thread: few, small blocks (still more than one,
 # so the cross-block paths run).
@@ -49,12 +49,24 @@ def device_count():
         return 0
 
 
+def default_launch():
+    """This process's launch configuration: the simulator's, or a GPU's with cuBLAS where
+    nvmath-python is installed."""
+    return SIMULATOR_LAUNCH if simulated() else Launch(cublas=blas.available())
+
+
+def module_source(graph, index=0):
+    """The module ``compile_graph`` generates for ``graph`` (its kernels and host function),
+    for this process's launch configuration; an op this back end cannot lower raises."""
+    check_supported(graph, f"cuda:{index}")
+    return generate(graph, default_launch()).source
+
+
 def compile_graph(graph, index=0, options=None, launch=None):
     """A ``CudaExecutable`` of ``graph`` on GPU ``index``. Every op is checked first (also in
     the graphs that nodes' params hold): one this back end cannot lower raises
     UnsupportedOperationError before anything is compiled or run. ``launch``: the launch
-    configuration (by default the simulator's, or a GPU's with cuBLAS where nvmath-python
-    is installed)."""
+    configuration (by default ``default_launch()``)."""
     device = f"cuda:{index}"
     check_supported(graph, device)
     count = device_count()
@@ -63,9 +75,7 @@ def compile_graph(graph, index=0, options=None, launch=None):
             f"device {device!r} is not available: numba-cuda sees {count} GPU(s) "
             "(install the 'cuda' extra, or set NUMBA_ENABLE_CUDASIM=1 for its simulator)",
             op="jit", device=device)
-    if launch is None:
-        launch = SIMULATOR_LAUNCH if simulated() else Launch(cublas=blas.available())
-    generated = generate(graph, launch)
+    generated = generate(graph, launch or default_launch())
     return CudaExecutable(graph, index, generated)
 
 
