@@ -204,6 +204,52 @@ def test_newton_non_convergence_is_reported():
     assert float(info) == 0 and abs(float(x) - np.sqrt(2)) < 1e-10
 
 
+def test_a_failed_solve_gives_nan_derivatives_not_zeros():
+    """Under a transform a failed solve is NaN in the value and in its derivatives: a zero
+    there (``where`` picking a NaN constant) would be a finite, wrong gradient."""
+    c = np.linspace(1.0, 2.0, 3)
+    loss = lambda c, n: qb.sum(qb.newton(lambda x, c: x * x - c, qb.ones(3), c, maxiter=n))
+    value, grad = qb.jit(qb.value_and_grad(loss), static_argnums=1)(c, 2)
+    assert np.isnan(float(value)) and np.isnan(np.asarray(grad)).all()
+    _, tangent = qb.jit(lambda c: qb.jvp(lambda c: loss(c, 2), (c,), (qb.ones(3),)))(c)
+    assert np.isnan(float(tangent))
+    grad = qb.jit(qb.grad(loss), static_argnums=1)(c, 50)  # converged: d sqrt(c) / dc
+    np.testing.assert_allclose(np.asarray(grad), 0.5 / np.sqrt(c), rtol=1e-10)
+    t = np.linspace(0.0, 100.0, 3)
+    grad = qb.jit(qb.grad(lambda w: qb.sum(qb.odeint(_oscillator, Y0, t, w, mxstep=5))))(
+        qb.array(1.0))
+    assert np.isnan(float(grad))
+
+
+def test_a_nan_start_is_a_failure_not_a_zero_step_success():
+    """A NaN in x0, y0 or b stops a solver before its first step: that is a failure too."""
+    nan = qb.array(np.nan)
+    with pytest.raises(ConvergenceError, match="NaN"):
+        qb.newton(lambda x: x * x - 2.0, nan)
+    _, info = qb.jit(lambda x0: qb.newton(lambda x: x * x - 2.0, x0, return_info=True))(nan)
+    assert float(info) >= 1
+    with pytest.raises(ConvergenceError):
+        qb.odeint(_oscillator, np.array([np.nan, 0.0]), T, 1.0)
+    _, info = qb.jit(lambda y0: qb.odeint(_oscillator, y0, T, 1.0, return_info=True))(
+        np.array([np.nan, 0.0]))
+    assert float(info) >= 1
+    b = np.array([np.nan, 1.0])
+    for solve in (qb.linalg.cg, qb.linalg.gmres):
+        for run in (solve, qb.jit(solve)):
+            x, info = run(np.eye(2) * 2.0, b)
+            assert float(info) >= 1, solve.__name__
+
+
+def test_newton_converges_in_float32_with_the_default_tol(on):
+    """``tol`` defaults by ``x0``'s dtype: float32 rounding never reaches float64's 1e-10."""
+    a = np.linspace(1.0, 2.0, 5, dtype=np.float32)
+    root = lambda a: qb.newton(lambda r, c: r * r - c, qb.ones(a.shape, dtype=a.dtype), a)
+    x = on(root)(a)  # eagerly on the CPU: ConvergenceError unless it converged
+    assert x.dtype is qb.float32
+    on.close(x, np.sqrt(a), rtol=2e-5)
+    on.close(on(qb.grad(lambda a: qb.sum(root(a))))(a), 0.5 / np.sqrt(a), rtol=2e-5)
+
+
 # -- odeint -------------------------------------------------------------------------------------
 
 T = np.linspace(0.0, 2.0, 5)

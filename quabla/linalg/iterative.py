@@ -18,7 +18,7 @@ from ..core.primitives import Primitive, Zero, is_zero, register
 from ..core.tracing import bind
 from ..dtypes import float64
 from ..solvers.common import (NUMPY, TRACED, apply_jvp, apply_vjp, as_float_array, batch_sub,
-                              check_result, graph_of, lead, operator_graph)
+                              check_result, failure_info, graph_of, lead, operator_graph)
 
 __all__ = ["cg", "gmres"]
 
@@ -63,7 +63,7 @@ def _cg(xp, b, x0, consts, *, matvec, precond, n_mv, tol, atol, maxiter, nbatch)
     z = M(r)
     k0 = xp.const(np.zeros(_lanes(b, nbatch)))
     x, r, *_, k = xp.while_loop(active, step, (x0, r, z, z, dot(r, z), k0))
-    return [x, xp.reshape(xp.where(dot(r, r) <= bound, 0.0, k), tuple(b.shape[:nbatch]))]
+    return [x, xp.reshape(failure_info(xp, dot(r, r) <= bound, k), tuple(b.shape[:nbatch]))]
 
 
 def _gmres(xp, b, x0, consts, *, matvec, precond, n_mv, tol, atol, restart, maxiter, nbatch):
@@ -156,7 +156,7 @@ def _gmres(xp, b, x0, consts, *, matvec, precond, n_mv, tol, atol, restart, maxi
 
     k0 = xp.const(np.zeros(lanes))
     x, k, res = xp.while_loop(active, step, (x0, k0, norm(residual(x0))))
-    return [x, xp.reshape(xp.where(res <= bound, 0.0, k), tuple(b.shape[:nbatch]))]
+    return [x, xp.reshape(failure_info(xp, res <= bound, k), tuple(b.shape[:nbatch]))]
 
 
 # -- the rule tables ----------------------------------------------------------------------------
@@ -259,8 +259,8 @@ def cg(A, b, *, x0=None, tol=1e-5, atol=0.0, maxiter=None, M=None):
     ``jax.scipy.sparse.linalg.cg``: ``A`` (and the preconditioner ``M``) is a matrix or a
     linear function ``x -> A x`` that may close over arrays and tracers. Stops when
     ``|b - A x| <= max(tol |b|, atol)`` or after ``maxiter`` (default ``10 n``) iterations.
-    Returns ``(x, info)``: ``info`` is 0 when converged, else the number of iterations done.
-    Derivatives (in ``b`` and in what ``A`` closes over) solve one more system with ``A``."""
+    Returns ``(x, info)``: ``info`` is 0 when converged, else the number of iterations done
+    (at least 1). Derivatives (in ``b`` and in what ``A`` closes over) solve one more system with ``A``."""
     return _solve("cg", A, b, x0, tol, atol, maxiter, M)
 
 
@@ -268,8 +268,8 @@ def gmres(A, b, *, x0=None, tol=1e-5, atol=0.0, restart=20, maxiter=None, M=None
     """Solve ``A x = b`` for a general square ``A`` by restarted GMRES, as
     ``jax.scipy.sparse.linalg.gmres``: Krylov spaces of ``restart`` vectors, at most ``maxiter``
     restarts (default ``10 n``), until ``|M (b - A x)| <= max(tol |M b|, atol)``. Returns
-    ``(x, info)``: ``info`` is 0 when converged, else the number of restarts done. Derivatives
-    solve one system with ``A^T`` (the operator's transpose, from its VJP)."""
+    ``(x, info)``: ``info`` is 0 when converged, else the number of restarts done (at least
+    1). Derivatives solve one system with ``A^T`` (the operator's transpose, from its VJP)."""
     b = as_float_array(b, "gmres's b")
     restart = int(restart)
     if restart < 1:

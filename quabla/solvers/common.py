@@ -26,11 +26,25 @@ from ..transforms.vjp import vjp_graph
 from ..transforms.batching import batch_graph
 
 __all__ = ["ConvergenceError", "NUMPY", "TRACED", "operator_graph", "graph_of", "apply_jvp",
-           "apply_vjp", "batch_sub", "lead", "as_float_array", "check_result"]
+           "apply_vjp", "batch_sub", "lead", "as_float_array", "check_result", "nan_unless",
+           "failure_info"]
 
 
 class ConvergenceError(QuablaError, RuntimeError):
     """A solver stopped without converging (``newton``'s ``maxiter``, ``odeint``'s ``mxstep``)."""
+
+
+def nan_unless(ok, value):
+    """``value`` where ``ok``, NaN elsewhere, in its derivatives too: ``value`` is multiplied
+    by 1 or NaN, so tangents and cotangents through a failed solve are NaN. (A ``where`` would
+    give the value NaN but the gradient 0 there: a finite, wrong gradient.)"""
+    return ops.multiply(value, ops.where(ok, 1.0, float("nan")))
+
+
+def failure_info(xp, converged, steps):
+    """A solver's ``info``: 0 where ``converged``, else the steps taken, at least 1 (a NaN from
+    the start stops a loop before its first step: a failure all the same, never a 0)."""
+    return xp.where(converged, 0.0, xp.maximum(steps, 1.0))
 
 
 def as_float_array(x, what):

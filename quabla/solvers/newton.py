@@ -13,10 +13,11 @@ from .. import ops
 from ..array import Tensor
 from ..core.primitives import Primitive, Zero, is_zero, register
 from ..core.tracing import bind
-from ..dtypes import float64
+from ..dtypes import float32, float64
 from ..transforms.jvp import jvp_graph
 from .common import (NUMPY, TRACED, ConvergenceError, apply_jvp, apply_vjp, as_float_array,
-                     batch_sub, check_result, graph_of, lead, operator_graph)
+                     batch_sub, check_result, failure_info, graph_of, lead, nan_unless,
+                     operator_graph)
 
 __all__ = ["newton"]
 
@@ -46,7 +47,8 @@ def _flat(x, nbatch):
 
 def _newton(xp, x0, consts, *, f, tol, maxiter, nbatch):
     """Newton steps per lane until ``max|f(x)| <= tol`` or the step is at most
-    ``tol (1 + max|x|)``; a lane that reaches ``maxiter`` steps (or NaN) is not converged."""
+    ``tol (1 + max|x|)``; a lane that reaches ``maxiter`` steps (or NaN) is not converged: its
+    info is the steps it took, at least 1."""
     jac = _jacobian_graph(f, nbatch)
     batch = tuple(x0.shape[:nbatch])
 
@@ -72,7 +74,7 @@ def _newton(xp, x0, consts, *, f, tol, maxiter, nbatch):
     zero = xp.const(np.zeros(lanes))
     x, fx, k, small = xp.while_loop(active, step, (x0, fun(x0), zero, zero))
     residual = size(fx)
-    info = xp.where(xp.where(residual <= tol, 1.0, small) > 0.5, 0.0, k)
+    info = failure_info(xp, xp.where(residual <= tol, 1.0, small) > 0.5, k)
     return [x, xp.reshape(info, batch), xp.reshape(residual, batch)]
 
 
@@ -129,18 +131,25 @@ register(Primitive("newton", shape_rule=_shape, impl=_impl, jvp=_jvp, vjp=_vjp, 
                    multiple_results=True, foldable=False, expand=_expand))
 
 
-def newton(f, x0, *args, tol=1e-10, maxiter=50, return_info=False):
+# the default ``tol`` per dtype of ``x0``: float32's rounding never gets residuals or steps to
+# 1e-10, and 1e-5 (about 80 float32 epsilons) stays above the noise of a float32 solve
+DEFAULT_TOL = {float64: 1e-10, float32: 1e-5}
+
+
+def newton(f, x0, *args, tol=None, maxiter=50, return_info=False):
     """A root of ``f(x, *args) = 0`` (``x`` a scalar or an array, ``f(x)`` of its shape) by
     Newton's method from ``x0``, with the dense Jacobian. Converged when ``max|f(x)| <= tol``
-    or a step is at most ``tol (1 + max|x|)``.
+    or a step is at most ``tol (1 + max|x|)``; ``tol`` defaults to 1e-10 for a float64 ``x0``
+    and 1e-5 for a float32 one.
 
     Not converging within ``maxiter`` steps (or a singular Jacobian) is never silent: called
     eagerly it raises ``ConvergenceError`` with the steps taken and the residual; inside a
     transform (``jit``, ``grad``, ...) the result is NaN. ``return_info=True`` returns
-    ``(x, info)`` instead (``info`` 0 when converged, else the steps taken), for a caller that
+    ``(x, info)`` instead (``info`` 0 when converged, else the steps taken, at least 1), for a caller that
     checks it itself. Derivatives with respect to ``args`` and closed-over arrays come from the
     implicit function theorem (one solve with the Jacobian at the root); ``x0`` has none."""
     x0 = as_float_array(x0, "newton's x0")
+    tol = DEFAULT_TOL[x0.dtype] if tol is None else tol
     if int(maxiter) < 1 or float(tol) < 0:
         raise ValueError(f"newton: maxiter must be >= 1 and tol >= 0, got {maxiter}, {tol}")
     graph, consts, _ = operator_graph(f, x0, args, "newton's f")
@@ -157,4 +166,4 @@ def newton(f, x0, *args, tol=1e-10, maxiter=50, return_info=False):
             raise ConvergenceError(f"newton did not converge: after {int(np.asarray(info))} "
                                    f"steps (maxiter={maxiter}) {why}")
         return x
-    return ops.where(ops.equal(info, 0.0), x, float("nan"))
+    return nan_unless(ops.equal(info, 0.0), x)

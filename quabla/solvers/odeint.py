@@ -2,7 +2,7 @@
 
 One primitive, operands ``(y0, t, *consts)`` with ``t`` shaped ``[T, *batch]``, params
 ``func: (y, t, *consts) -> dy/dt`` as a sub-graph; results ``ys [T, *y0.shape]``, ``info`` (0, or
-the steps taken when a lane could not go on) and the time each lane reached. The integration is
+the steps taken, at least 1, when a lane could not go on) and the time each lane reached. The integration is
 written once (NumPy reference, and the ``expand`` rule: a ``while_loop`` of steps inside a
 ``fori_loop`` over the output times). Steps are cut to land on each output time; the step-size
 control is JAX's (RMS error ratio against ``atol + rtol max(|y|, |y_new|)``, safety 0.9,
@@ -23,7 +23,8 @@ from ..core.tracing import bind
 from ..dtypes import float64
 from ..errors import UnsupportedOperationError
 from .common import (NUMPY, TRACED, ConvergenceError, apply_jvp, apply_vjp, as_float_array,
-                     batch_sub, check_result, graph_of, lead, operator_graph)
+                     batch_sub, check_result, failure_info, graph_of, lead, nan_unless,
+                     operator_graph)
 
 __all__ = ["odeint"]
 
@@ -115,7 +116,7 @@ def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, nbatch):
     ys = xp.set_row(xp.zeros((count,) + tuple(y0.shape), y0), 0, y0)
     state = (y0, f0, s0, first_step(y0, f0, s0), ys, zero, zero)
     _, _, s, _, ys, total, failed = xp.fori_loop(1, count, interval, state)
-    info = xp.where(failed > 0.5, total, 0.0)
+    info = failure_info(xp, failed < 0.5, total)
     return [ys, xp.reshape(info, batch), xp.reshape(s, batch)]
 
 
@@ -238,10 +239,10 @@ def _vjp(cts, primals, outs, *, func, nbatch, **params):
 
     bars0 = tuple(ops.multiply(consts[k], 0.0) for k in wrt)
     a, bars, failed = fori_loop(0, count - 1, interval, (ops.multiply(y0, 0.0), bars0, 0.0))
-    bad = ops.greater(failed, 0.0)  # a backward pass that failed gives NaN, never silence
+    ok = ops.equal(failed, 0.0)  # a backward pass that failed gives NaN, never silence
 
     def checked(v):
-        return ops.where(bad, float("nan"), v)
+        return nan_unless(ok, v)
 
     f0 = TRACED.apply(func, y0, t[0], *consts)[0]
     t0_bar = ops.negative(ops.sum(a * f0))
@@ -288,7 +289,7 @@ def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"), re
     When a step limit is hit (or the step size collapses to NaN) before the last time:
     called eagerly it raises ``ConvergenceError`` naming the time reached; inside a transform
     the result is NaN; ``return_info=True`` returns ``(ys, info)`` (``info`` 0 when the end was
-    reached, else the steps taken). Gradients with respect to ``y0``, ``t``, ``args`` and what
+    reached, else the steps taken, at least 1). Gradients with respect to ``y0``, ``t``, ``args`` and what
     ``func`` closes over come from the adjoint method (one backward integration)."""
     y0 = as_float_array(y0, "odeint's y0")
     t = ops.astype(as_float_array(t, "odeint's t"), y0.dtype)
@@ -312,7 +313,7 @@ def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"), re
                 f"{float(np.asarray(reached))} after {int(np.asarray(info))} steps (mxstep="
                 f"{mxstep:g} per output interval, or the step size became NaN)")
         return ys
-    return ops.where(ops.equal(info, 0.0), ys, float("nan"))
+    return nan_unless(ops.equal(info, 0.0), ys)
 
 
 def _func_graph(func, y0, t, args):
