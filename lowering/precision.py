@@ -32,7 +32,12 @@ def requested(options):
 
 
 def has_float64(graph):
-    return any(node.dtype.name == "float64" for node in walk(graph))
+    """Does ``graph`` compute in float64 for its user: a float64 input or output, or a cast to
+    float64 (in any region)? Loop indices and solvers' step counts are float64 in every
+    program, so they alone do not make a float32 program a float64 one."""
+    boundary = [graph.nodes[i] for i in graph.inputs + graph.outputs]
+    return (any(node.dtype.name == "float64" for node in boundary)
+            or any(node.op == "cast" and node.dtype.name == "float64" for node in walk(graph)))
 
 
 def warn_narrowed(graph, device, options):
@@ -51,8 +56,8 @@ def warn_narrowed(graph, device, options):
     name = options.get("name") or "a function"
     warnings.warn(
         f"{name} is a float64 program; device {device!r} runs it in float32 (results come back "
-        "as float64). Pass float32 arrays, or jit(..., precision='float64') to keep float64 "
-        "where the device can.",
+        "in the program's dtypes). Pass float32 arrays, or jit(..., precision='float64') to "
+        "keep float64 where the device can.",
         PrecisionWarning, stacklevel=_user_stacklevel(),
     )
 

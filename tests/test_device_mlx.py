@@ -75,8 +75,12 @@ def test_an_unknown_or_absent_device_raises_when_lowered(device):
         f(qb.array([1.0, 2.0]))
     assert info.value.device == device
     assert "'cpu'" in str(info.value) and "'mlx'" in str(info.value)
+    # a malformed name is not a device; a well-formed one this machine lacks is not available
+    assert ("is not available" if device == "cuda:99" else "is not a device") in str(info.value)
     with pytest.raises(qb.UnsupportedOperationError):
         f.lower(qb.array([1.0, 2.0])).compile()
+    with pytest.raises(qb.UnsupportedOperationError):
+        f.lower(qb.array([1.0, 2.0])).source
 
 
 def test_device_names():
@@ -142,6 +146,24 @@ def test_float64_runs_as_float32_with_one_warning_per_function():
         f(qb.array([0.5, 1.0], dtype=qb.float32))        # a float32 program never warns
     with pytest.warns(qb.PrecisionWarning):             # another function warns once too
         qb.jit(lambda x: x * 2.0, device="mlx")(x64)
+
+
+def test_loop_indices_and_solver_counts_do_not_make_a_float64_program():
+    """Region indices and solvers' step counts are float64 in every program: a float32 program
+    using them is not narrowed, so it does not warn. A cast to float64 is, so it warns."""
+    x = qb.array([0.5, 1.0, 2.0], dtype=qb.float32)
+    programs = [
+        lambda x: qb.fori_loop(0, 3, lambda i, c: c * 0.5 + i, x),
+        lambda x: qb.scan(lambda c, i: (c + x[i], c), qb.zeros((), dtype=qb.float32), length=3),
+        qb.grad(lambda x: qb.sum(qb.newton(lambda r, c: r * r - c, qb.ones(3, dtype=x.dtype),
+                                           x))),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for program in programs:
+            qb.jit(program, device="mlx")(x)
+    with pytest.warns(qb.PrecisionWarning):
+        qb.jit(lambda x: qb.sum(x.astype(qb.float64)), device="mlx")(x)
 
 
 def test_precision_float64_keeps_float64_on_the_cpu_stream():
