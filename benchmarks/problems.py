@@ -13,7 +13,7 @@ PI = math.pi
 N_POINTS = 8          # README PINN collocation points
 MLP_POINTS = 1024     # MLP PINN collocation points
 MLP_WIDTH = 32        # hidden width of the MLP PINN (benchmarks/compile.py also measures 64)
-LJ_PARTICLES = 1024   # Lennard-Jones: particles, all pairs by broadcasting
+LJ_PARTICLES = {"lj": 1024, "lj_8192": 8192}  # Lennard-Jones: particles, all pairs
 # training problems: which loss they train, and Adam's learning rate for it
 TRAINING = {"train_pinn": "pinn_vmap", "train_pinn_trainer": "pinn_vmap",
             "train_mlp": "mlp_pinn", "train_mlp_trainer": "mlp_pinn"}
@@ -50,15 +50,16 @@ def mlp_init():
     }
 
 
-def lj_positions():
-    """Particles on a jittered 8 x 8 x 16 lattice of spacing 1.1 (no two closer than ~0.9),
-    the same for every implementation."""
+def lj_positions(n):
+    """``n = 2 a^3`` particles on a jittered a x a x 2a lattice of spacing 1.1 (no two closer
+    than ~0.9), the same for every implementation."""
     import numpy as np
 
-    side = np.arange(16) * 1.1
-    grid = np.stack(np.meshgrid(side[:8], side[:8], side, indexing="ij"), -1).reshape(-1, 3)
+    a = round((n / 2) ** (1 / 3))
+    side = np.arange(2 * a) * 1.1
+    grid = np.stack(np.meshgrid(side[:a], side[:a], side, indexing="ij"), -1).reshape(-1, 3)
     rng = np.random.default_rng(0)
-    return grid[:LJ_PARTICLES] + rng.uniform(-0.05, 0.05, (LJ_PARTICLES, 3))
+    return grid[:n] + rng.uniform(-0.05, 0.05, (n, 3))
 
 
 def lj_energy(np_like, x):
@@ -171,9 +172,9 @@ def build_quabla(problem):
                       device=DEVICE)
         return Case(step, (qb.array([4.0, 0.3, 1.5]), qb.array(oscillator_start())),
                     summary=lambda out: [out[0].item()] + [float(g) for g in out[1].tolist()])
-    if problem == "lj":
+    if problem in LJ_PARTICLES:
         step = qb.jit(qb.value_and_grad(lambda x: lj_energy(qb, x)), device=DEVICE)
-        return Case(step, (qb.array(lj_positions()),),
+        return Case(step, (qb.array(lj_positions(LJ_PARTICLES[problem])),),
                     summary=lambda out: [out[0].item(), float(qb.sum(out[1] * out[1]).item())])
     loss, params, data = quabla_loss(problem)
     step = qb.jit(qb.value_and_grad(loss), device=DEVICE)
@@ -282,9 +283,9 @@ def build_jax(problem):
         step = jax.jit(jax.value_and_grad(lambda theta, x0: oscillator_loss(jnp, scan, theta, x0)))
         return Case(step, (jnp.asarray([4.0, 0.3, 1.5]), jnp.asarray(oscillator_start())), block,
                     lambda out: [float(out[0])] + [float(g) for g in out[1]])
-    if problem == "lj":
+    if problem in LJ_PARTICLES:
         step = jax.jit(jax.value_and_grad(lambda x: lj_energy(jnp, x)))
-        return Case(step, (jnp.asarray(lj_positions()),), block,
+        return Case(step, (jnp.asarray(lj_positions(LJ_PARTICLES[problem])),), block,
                     lambda out: [float(out[0]), float(jnp.sum(out[1] * out[1]))])
     loss, params, data = jax_loss(problem)
     step = jax.jit(jax.value_and_grad(loss))
@@ -308,12 +309,12 @@ def build_numba(problem):
 
         args = (2.5, np.linspace(0.05, 0.95, N_POINTS))
         return Case(readme_loss_and_grad, args, summary=lambda out: [out[0], out[1]])
-    if problem == "lj":
+    if problem in LJ_PARTICLES:
         import numpy as np
 
         from kernels import lj_energy_and_forces
 
-        return Case(lj_energy_and_forces, (lj_positions(),),
+        return Case(lj_energy_and_forces, (lj_positions(LJ_PARTICLES[problem]),),
                     summary=lambda out: [out[0], float(np.sum(out[1] * out[1]))])
     return None  # no hand-written kernel for this problem
 

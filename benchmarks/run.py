@@ -16,8 +16,10 @@ Problems:
              (jit(value_and_grad) + opt.update) against JAX's value_and_grad and Adam in one
              jax.jit; train_pinn_trainer, train_mlp_trainer: qb.optim.Trainer.step against the
              same JAX step
-  lj         Lennard-Jones energy and forces of 1024 particles, all pairs by broadcasting,
-             jit(value_and_grad(energy)); the hand-written kernel loops over the pairs
+  lj, lj_8192
+             Lennard-Jones energy and forces of 1024 (8192) particles, all pairs by
+             broadcasting, jit(value_and_grad(energy)); the hand-written kernel loops over the
+             pairs
   scan_oscillator
              value_and_grad of a 1000-step explicit integrator of 64 damped nonlinear
              oscillators written with qb.scan, beside jax.lax.scan (issue 8)
@@ -52,7 +54,7 @@ ROOT = os.path.dirname(HERE)
 RESULT = "@@RESULT "  # how a child's line of results starts (spawn, report)
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 PROBLEMS = ["roundtrip", "pinn", "pinn_vmap", "mlp_pinn", "train_pinn", "train_pinn_trainer",
-            "train_mlp", "train_mlp_trainer", "lj", "scan_oscillator"]
+            "train_mlp", "train_mlp_trainer", "lj", "lj_8192", "scan_oscillator"]
 IMPL_NAMES = ["quabla", "jax", "numba"]
 DESCRIPTIONS = {
     "roundtrip": "NumPy round trip, 1e6 float64",
@@ -64,6 +66,7 @@ DESCRIPTIONS = {
     "train_mlp": "MLP PINN train step, (a) loop",
     "train_mlp_trainer": "MLP PINN train step, (b) Trainer",
     "lj": "Lennard-Jones energy+forces, 1024",
+    "lj_8192": "Lennard-Jones energy+forces, 8192",
     "scan_oscillator": "scan integrator, 1000 steps x 64, v&g",
 }
 

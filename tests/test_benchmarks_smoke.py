@@ -120,8 +120,9 @@ def test_compile_breakdown_of_one_small_compile(tmp_path):
 
 def test_lj_problem_energy_and_forces_agree_with_the_pair_loop(monkeypatch):
     monkeypatch.setenv("QUABLA_BACKEND", "interpret")
-    monkeypatch.setattr(problems, "LJ_PARTICLES", 64)
-    x = problems.lj_positions()
+    monkeypatch.setitem(problems.LJ_PARTICLES, "lj", 54)
+    x = problems.lj_positions(54)
+    assert x.shape == (54, 3)
     case = problems.build_quabla("lj")
     value, grad = case.fn(*case.args)
     energy, expected = 0.0, np.zeros_like(x)

@@ -2,10 +2,11 @@
 
 cuBLAS is column-major: ``cublas<t>gemmStridedBatched(handle, transa, transb, m, n, k, alpha,
 A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch)`` computes, per batch ``b``,
-``C_b = alpha op(A_b) op(B_b) + beta C_b`` (C unread when beta is 0) with element ``(i, j)`` of a matrix at ``i + j ld``
-of its pointer. A stand-in for nvmath-python's ``cublas`` module does exactly that on host
-memory behind the raw pointers, so the row-major products ``gemm`` asks for (operands swapped,
-leading dimensions and strides) are checked here; a GPU run checks the real library."""
+``C_b = alpha op(A_b) op(B_b) + beta C_b`` (C unread when beta is 0), element ``(i, j)`` of a
+matrix at ``i + j ld`` of its pointer. A stand-in for nvmath-python's ``cublas`` module does
+exactly that on the host memory behind the raw pointers, so the row-major products ``gemm``
+asks for (operands swapped, leading dimensions and strides) are checked here; a GPU run checks
+the real library."""
 
 import ctypes
 import sys
@@ -82,7 +83,8 @@ def cublas(monkeypatch):
 @pytest.mark.parametrize("batch, m, k, n", [(1, 3, 5, 4), (3, 7, 2, 6), (2, 1, 9, 1)])
 def test_gemm_is_the_row_major_product(cublas, dtype, name, batch, m, k, n):
     rng = np.random.default_rng(batch * 100 + m * 10 + n)
-    a, b = rng.normal(size=(batch, m, k)).astype(dtype), rng.normal(size=(batch, k, n)).astype(dtype)
+    a = rng.normal(size=(batch, m, k)).astype(dtype)
+    b = rng.normal(size=(batch, k, n)).astype(dtype)
     out = _DeviceArray(np.full((batch, m, n), np.nan, dtype))  # beta = 0: stale data ignored
     blas.gemm(_DeviceArray(a), _DeviceArray(b), out)
     rtol = 1e-12 if dtype == np.float64 else 1e-5

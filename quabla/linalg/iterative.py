@@ -260,7 +260,8 @@ def cg(A, b, *, x0=None, tol=1e-5, atol=0.0, maxiter=None, M=None):
     linear function ``x -> A x`` that may close over arrays and tracers. Stops when
     ``|b - A x| <= max(tol |b|, atol)`` or after ``maxiter`` (default ``10 n``) iterations.
     Returns ``(x, info)``: ``info`` is 0 when converged, else the number of iterations done
-    (at least 1). Derivatives (in ``b`` and in what ``A`` closes over) solve one more system with ``A``."""
+    (at least 1). Derivatives (in ``b`` and in what ``A`` closes over) solve one more system
+    with ``A``."""
     return _solve("cg", A, b, x0, tol, atol, maxiter, M)
 
 

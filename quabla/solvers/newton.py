@@ -144,10 +144,11 @@ def newton(f, x0, *args, tol=None, maxiter=50, return_info=False):
 
     Not converging within ``maxiter`` steps (or a singular Jacobian) is never silent: called
     eagerly it raises ``ConvergenceError`` with the steps taken and the residual; inside a
-    transform (``jit``, ``grad``, ...) the result is NaN. ``return_info=True`` returns
-    ``(x, info)`` instead (``info`` 0 when converged, else the steps taken, at least 1), for a caller that
-    checks it itself. Derivatives with respect to ``args`` and closed-over arrays come from the
-    implicit function theorem (one solve with the Jacobian at the root); ``x0`` has none."""
+    transform (``jit``, ``grad``, ...) the result is NaN, and so are its derivatives.
+    ``return_info=True`` returns ``(x, info)`` instead (``info`` 0 when converged, else the
+    steps taken, at least 1), for a caller that checks it itself. Derivatives with respect to
+    ``args`` and closed-over arrays come from the implicit function theorem (one solve with the
+    Jacobian at the root); ``x0`` has none."""
     x0 = as_float_array(x0, "newton's x0")
     tol = DEFAULT_TOL[x0.dtype] if tol is None else tol
     if int(maxiter) < 1 or float(tol) < 0:

@@ -2,11 +2,11 @@
 
 One primitive, operands ``(y0, t, *consts)`` with ``t`` shaped ``[T, *batch]``, params
 ``func: (y, t, *consts) -> dy/dt`` as a sub-graph; results ``ys [T, *y0.shape]``, ``info`` (0, or
-the steps taken, at least 1, when a lane could not go on) and the time each lane reached. The integration is
-written once (NumPy reference, and the ``expand`` rule: a ``while_loop`` of steps inside a
-``fori_loop`` over the output times). Steps are cut to land on each output time; the step-size
-control is JAX's (RMS error ratio against ``atol + rtol max(|y|, |y_new|)``, safety 0.9,
-growth at most 10x, shrink at most 5x; the first step from Hairer's heuristic).
+the steps taken, at least 1, when a lane could not go on) and the time each lane reached. The
+integration is written once (NumPy reference, and the ``expand`` rule: a ``while_loop`` of
+steps inside a ``fori_loop`` over the output times). Steps are cut to land on each output time;
+the step-size control is JAX's (RMS error ratio against ``atol + rtol max(|y|, |y_new|)``,
+safety 0.9, growth at most 10x, shrink at most 5x; the first step from Hairer's heuristic).
 
 Derivatives are never taken through the steps. Forward mode integrates the tangent along
 (forward sensitivities: ``z' = J_y z + f_θ θ'``); reverse mode is the adjoint method as in JAX:
@@ -288,9 +288,10 @@ def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"), re
 
     When a step limit is hit (or the step size collapses to NaN) before the last time:
     called eagerly it raises ``ConvergenceError`` naming the time reached; inside a transform
-    the result is NaN; ``return_info=True`` returns ``(ys, info)`` (``info`` 0 when the end was
-    reached, else the steps taken, at least 1). Gradients with respect to ``y0``, ``t``, ``args`` and what
-    ``func`` closes over come from the adjoint method (one backward integration)."""
+    the result is NaN, and so are its derivatives; ``return_info=True`` returns ``(ys, info)``
+    (``info`` 0 when the end was reached, else the steps taken, at least 1). Gradients with
+    respect to ``y0``, ``t``, ``args`` and what ``func`` closes over come from the adjoint
+    method (one backward integration)."""
     y0 = as_float_array(y0, "odeint's y0")
     t = ops.astype(as_float_array(t, "odeint's t"), y0.dtype)
     if t.ndim != 1 or t.shape[0] < 1:
