@@ -156,3 +156,16 @@ def linear_params():
     """Parameters of ``mse``, with a bool leaf that gets no gradient."""
     return {"w": qb.zeros(3), "b": qb.array(0.0), "frozen": qb.array([True])}
 
+
+# every float elementwise primitive of elementwise.yaml, as a function of two float32 arrays
+FLOAT_ELEMENTWISE = {
+    "neg": lambda x, y: -x, "sin": lambda x, y: qb.sin(x), "cos": lambda x, y: qb.cos(x),
+    "exp": lambda x, y: qb.exp(x), "log": lambda x, y: qb.log(x),
+    "log1p": lambda x, y: qb.log1p(x), "expm1": lambda x, y: qb.expm1(x),
+    "tanh": lambda x, y: qb.tanh(x), "sqrt": lambda x, y: qb.sqrt(x),
+    "abs": lambda x, y: qb.abs(x), "sign": lambda x, y: qb.sign(x) * x,
+    "logistic": lambda x, y: qb.sigmoid(x), "relu": lambda x, y: qb.relu(x),
+    "softplus": lambda x, y: qb.softplus(x), "integer_pow": lambda x, y: x ** 3,
+    "add": qb.add, "sub": qb.subtract, "mul": qb.multiply, "div": qb.divide, "pow": qb.power,
+    "max": qb.maximum, "min": qb.minimum,
+}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from helpers import assert_results_match, mlp_net
+from helpers import FLOAT_ELEMENTWISE, assert_results_match, mlp_net
 from lowering.interpret import evaluate
 from lowering.numba_cpu import compile_graph, load_cached
 from test_rules import CASES, NONDIFF_CASES
@@ -123,3 +123,22 @@ def test_concurrent_calls_do_not_share_scratch():
     for got, want in zip(results, expected * 16):
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_ELEMENTWISE))
+def test_a_float32_value_is_the_same_stored_and_used_in_place(name, on):
+    """A value that one loop stores and also uses in place (here in a max, whose comparisons
+    read the stored copy back) must be one float32: a helper that computed in float64 left the
+    in-place copy unrounded, no element equalled the max, and grad(max(sigmoid(x))) of a
+    float32 x was NaN on the CPU."""
+    op = FLOAT_ELEMENTWISE[name]
+    x = np.array([0.3, 0.71, 0.45, 0.2], np.float32)
+    y = np.array([1.3, 0.4, 2.1, 0.9], np.float32)
+
+    def maxima(x, y):
+        v = op(x, y) * 1.7
+        return qb.sum(qb.where(qb.equal(v, qb.max(v)), 1.0, 0.0).astype(qb.float32))
+
+    assert float(on(maxima)(x, y)) >= 1
+    grad = on(qb.grad(lambda x, y: qb.max(op(x, y) * 1.7)))(x, y)
+    assert grad.dtype is qb.float32 and np.isfinite(np.asarray(grad)).all()

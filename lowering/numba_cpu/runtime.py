@@ -17,24 +17,25 @@ from ..native import ARRAY_DATA, TUPLE_ITEMS, blas_symbols
 
 # -- scalar helpers as LLVM IR: a call is a few instructions, where a Python helper that Numba
 #    inlined cost a translation of its bytecode and its untyped passes at every call site (~4 ms
-#    each). Each computes what the Python form in its docstring computes, in the same types: a
-#    float64 constant in that form makes a float32 argument's result float64 --
+#    each). Each computes what the Python form in its docstring computes (in float64 where a
+#    float64 constant in that form widens a float32 argument) and returns the argument's type,
+#    as NumPy's float32 arrays do: a float32 node's value is a float32 wherever it is used, so
+#    the copy stored to memory and the one used in place (a max and its comparison) agree --
 
-def _float_helper(promotes):
+def _float_helper(build):
     """An intrinsic of one float (an integer is taken as a float64) that ``build(builder, x)``
-    emits; its result is float64 if ``promotes``, else the argument's type."""
-    def wrap(build):
-        def typer(typingctx, x):
-            if not isinstance(x, (types.Float, types.Integer)):
-                return None
-            arg = x if isinstance(x, types.Float) else types.float64
+    emits; its result is rounded to the argument's type."""
+    def typer(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
+        arg = x if isinstance(x, types.Float) else types.float64
 
-            def codegen(context, builder, sig, args):
-                return build(builder, args[0])
-            return (types.float64 if promotes else arg)(arg), codegen
-        typer.__name__, typer.__doc__ = build.__name__, build.__doc__
-        return intrinsic(typer)
-    return wrap
+        def codegen(context, builder, sig, args):
+            value = build(builder, args[0])
+            return value if value.type == args[0].type else builder.fptrunc(value, args[0].type)
+        return arg(arg), codegen
+    typer.__name__, typer.__doc__ = build.__name__, build.__doc__
+    return intrinsic(typer)
 
 
 def _double(value):
@@ -72,26 +73,26 @@ def _logarithm(builder, x, pole, value):
                                          _double(-math.inf), _double(math.nan)))
 
 
-@_float_helper(promotes=True)
+@_float_helper
 def _log(builder, x):
     """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
     return _logarithm(builder, x, 0.0, _intrinsic_call(builder, "llvm.log", x))
 
 
-@_float_helper(promotes=True)
+@_float_helper
 def _log1p(builder, x):
     """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``"""
     return _logarithm(builder, x, -1.0, _libm_call(builder, "log1p", x))
 
 
-@_float_helper(promotes=True)
+@_float_helper
 def _sqrt(builder, x):
     """``math.sqrt(x) if x >= 0 else math.nan``"""
     return builder.select(builder.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0)),
                           _widened(builder, _libm_call(builder, "sqrt", x)), _double(math.nan))
 
 
-@_float_helper(promotes=False)
+@_float_helper
 def _sign(builder, x):
     """``type(x)(1) if x > 0 else (type(x)(-1) if x < 0 else x)``"""
     zero = ir.Constant(x.type, 0.0)
@@ -100,7 +101,7 @@ def _sign(builder, x):
                                          ir.Constant(x.type, -1.0), x))
 
 
-@_float_helper(promotes=True)
+@_float_helper
 def _logistic(builder, x):
     """``1.0 / (1.0 + math.exp(-x))``"""
     e = _widened(builder, _intrinsic_call(builder, "llvm.exp", _negated(builder, x)))
@@ -113,13 +114,13 @@ def _positive_part(builder, x):
     return builder.select(builder.fcmp_ordered(">", x, zero), x, zero)
 
 
-@_float_helper(promotes=False)
+@_float_helper
 def _relu(builder, x):
     """``x if (x > 0 or x != x) else type(x)(0)``"""
     return builder.select(builder.fcmp_unordered("!=", x, x), x, _positive_part(builder, x))
 
 
-@_float_helper(promotes=False)
+@_float_helper
 def _softplus(builder, x):
     """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))``"""
     e = _intrinsic_call(builder, "llvm.exp",
