@@ -18,7 +18,7 @@ import pytest
 
 import quabla as qb
 
-from helpers import assert_close, np64, op_counts, staged_graph
+from helpers import FLOAT_ELEMENTWISE, assert_close, np64, op_counts, staged_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::quabla.PrecisionWarning")  # MLX's float32
 
@@ -361,6 +361,22 @@ def test_gradients_keep_the_dtype_of_each_leaf(on):
     assert g["a"].dtype is qb.float32 and g["b"].dtype is qb.float64
     on.close(g["a"], [6.0, 12.0])
     on.close(g["b"], 5.0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_ELEMENTWISE))
+def test_derivatives_of_a_float32_program_are_float32(name):
+    """Every derivative of every float elementwise op keeps float32: a rule's weak float64
+    constants (relu's, max's and min's ``where(..., 1.0, 0.0)``) once widened the gradient."""
+    op = FLOAT_ELEMENTWISE[name]
+    x = qb.array([0.3, 0.71, 0.45, 0.2], dtype=qb.float32)
+    y = qb.array([1.3, 0.4, 2.1, 0.9], dtype=qb.float32)
+    f = lambda x: qb.max(op(x, y) * 1.7) + qb.sum(op(x, y))
+    derivatives = {
+        "grad": qb.grad(f)(x), "jvp": qb.jvp(f, (x,), (1.0,))[1],
+        "hvp": qb.jvp(qb.grad(f), (x,), (1.0,))[1], "hessian": qb.hessian(f)(x),
+        "vmap of grad": qb.vmap(qb.grad(lambda r: qb.max(op(r, r) * 1.7)))(qb.stack([x, y])),
+    }
+    assert {k: v.dtype for k, v in derivatives.items() if v.dtype is not qb.float32} == {}
 
 
 def test_tangent_and_cotangent_must_match_their_primal():

@@ -40,7 +40,7 @@ def vjp_graph(graph, wrt, seeds):
                 ct = frame.new_input(shape, dtype, f"cotangent/{k}")
             else:
                 ct = ops.broadcast_to(ops.weak_scalar(1, dtype), shape) if shape else ops.weak_scalar(1, dtype)
-            _accumulate(cts, o, ct)
+            _accumulate(cts, o, ct, dtype)
         active = _depends_on(graph, {graph.inputs[k] for k in wrt})
         for nid in range(len(graph.nodes) - 1, -1, -1):
             ct = cts.get(nid)
@@ -59,7 +59,7 @@ def vjp_graph(graph, wrt, seeds):
             operand_cts = prim.vjp(ct, args, env[nid], **dict(node.params))
             for o, oct in zip(node.operands, operand_cts):
                 if not is_zero(oct) and o in active and graph.nodes[o].dtype.is_floating:
-                    _accumulate(cts, o, oct)
+                    _accumulate(cts, o, oct, graph.nodes[o].dtype)
         outs = [env[o] for o in graph.outputs]
         grads = [
             materialize(cts.get(graph.inputs[k]), *graph.in_avals[k]) for k in wrt
@@ -68,7 +68,11 @@ def vjp_graph(graph, wrt, seeds):
     return simplify(result)
 
 
-def _accumulate(cts, nid, value):
+def _accumulate(cts, nid, value, dtype):
+    """Add ``value`` to the cotangent of ``nid``, in ``nid``'s ``dtype``: a rule's weak float64
+    constants (a ``where(x > 0, 1.0, 0.0)`` partial) times a weak cotangent would otherwise
+    widen a float32 program's gradients to float64."""
+    value = ops.astype(value, dtype)
     previous = cts.get(nid)
     cts[nid] = value if previous is None else ops.add(previous, value)
 
