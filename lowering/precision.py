@@ -32,12 +32,14 @@ def requested(options):
 
 
 def has_float64(graph):
-    """Does ``graph`` compute in float64 for its user: a float64 input or output, or a cast to
-    float64 (in any region)? Loop indices and solvers' step counts are float64 in every
-    program, so they alone do not make a float32 program a float64 one."""
+    """Does ``graph`` compute in float64 for its user: a float64 input or output, or a cast of
+    an array to float64 (``astype``, in any region)? Loop indices, solvers' step counts and
+    the weak (Python-number) float64 scalars of derivative rules are float64 in every program,
+    so they alone do not make a float32 program a float64 one."""
     boundary = [graph.nodes[i] for i in graph.inputs + graph.outputs]
     return (any(node.dtype.name == "float64" for node in boundary)
-            or any(node.op == "cast" and node.dtype.name == "float64" for node in walk(graph)))
+            or any(node.op == "cast" and node.dtype.name == "float64" and not node.weak
+                   for node in walk(graph)))
 
 
 def warn_narrowed(graph, device, options):

@@ -149,14 +149,16 @@ def test_float64_runs_as_float32_with_one_warning_per_function():
 
 
 def test_loop_indices_and_solver_counts_do_not_make_a_float64_program():
-    """Region indices and solvers' step counts are float64 in every program: a float32 program
-    using them is not narrowed, so it does not warn. A cast to float64 is, so it warns."""
+    """Region indices, solvers' step counts and derivative rules' Python-number scalars are
+    float64 in every program: a float32 program using them is not narrowed, so it does not
+    warn. A cast of an array to float64 is, so it warns."""
     x = qb.array([0.5, 1.0, 2.0], dtype=qb.float32)
     programs = [
         lambda x: qb.fori_loop(0, 3, lambda i, c: c * 0.5 + i, x),
         lambda x: qb.scan(lambda c, i: (c + x[i], c), qb.zeros((), dtype=qb.float32), length=3),
         qb.grad(lambda x: qb.sum(qb.newton(lambda r, c: r * r - c, qb.ones(3, dtype=x.dtype),
                                            x))),
+        qb.grad(lambda x: qb.max(qb.relu(x)) + qb.max(qb.maximum(x, 0.7))),  # where(..., 1.0, 0.0)
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
