@@ -38,8 +38,8 @@ class OnDevice:
     def __repr__(self):
         return self.device
 
-    def __call__(self, fn, **jit_options):
-        return fn if self.device == "cpu" else qb.jit(fn, device=self.device, **jit_options)
+    def __call__(self, fn):
+        return fn if self.device == "cpu" else qb.jit(fn, device=self.device)
 
     def close(self, actual, expected, rtol=1e-12, atol=1e-12):
         if self.narrows:
