@@ -41,6 +41,10 @@ class OnDevice:
     def __call__(self, fn):
         return fn if self.device == "cpu" else qb.jit(fn, device=self.device)
 
+    def forms(self, fn):
+        """``fn`` as this device runs it: eagerly and under jit on "cpu", under jit elsewhere."""
+        return [fn, qb.jit(fn)] if self.device == "cpu" else [self(fn)]
+
     def close(self, actual, expected, rtol=1e-12, atol=1e-12):
         if self.narrows:
             rtol, atol = max(rtol, self.FLOAT32["rtol"]), max(atol, self.FLOAT32["atol"])

@@ -1,8 +1,9 @@
 """The control-flow front end: cond, fori_loop, scan and while_loop as regions (issue 8).
 
-Values are checked against plain Python loops over NumPy, eagerly and under jit; the IR is
-checked for one region node per construct, implicit captures and hoisted invariants; misuse
-raises errors that name both sides. Derivatives, batching and the Numba lowering have their
+Values are checked against plain Python loops over NumPy, eagerly and under jit, and under jit
+on every device (tests that take ``on``, helpers.OnDevice); the IR is checked for one region
+node per construct, implicit captures and hoisted invariants; misuse raises errors that name
+both sides. Derivatives, batching and the Numba lowering have their
 own files (test_control_autodiff.py, test_control_vmap.py, test_control_lowering.py).
 """
 
@@ -11,6 +12,7 @@ import pytest
 
 import quabla as qb
 
+pytestmark = pytest.mark.filterwarnings("ignore::quabla.PrecisionWarning")  # MLX's float32
 X = np.array([0.5, -1.0, 2.0, 0.25])
 
 
@@ -29,12 +31,12 @@ def _scan_reference(x):
     return c, np.array(ys)
 
 
-@pytest.mark.parametrize("wrap", [lambda f: f, qb.jit], ids=["eager", "jit"])
-def test_scan_values(wrap):
-    c, ys = wrap(_scan_program)(qb.array(X))
+def test_scan_values(on):
     rc, rys = _scan_reference(X)
-    np.testing.assert_allclose(np.asarray(c), rc, rtol=1e-14)
-    np.testing.assert_allclose(np.asarray(ys), rys, rtol=1e-14)
+    for run in on.forms(_scan_program):
+        c, ys = run(qb.array(X))
+        on.close(c, rc, rtol=1e-14, atol=0)
+        on.close(ys, rys, rtol=1e-14, atol=0)
 
 
 def test_scan_is_one_region_with_the_invariant_hoisted():
@@ -44,19 +46,19 @@ def test_scan_is_one_region_with_the_invariant_hoisted():
     assert "sin" in text[:text.index("body=")] and "sin" not in body
 
 
-@pytest.mark.parametrize("wrap", [lambda f: f, qb.jit], ids=["eager", "jit"])
-def test_fori_loop_pytree_carry_and_operands(wrap):
+def test_fori_loop_pytree_carry_and_operands(on):
     def f(x, w):
         def body(i, carry, w):
             a, b = carry["a"], carry["b"]
             return {"a": a + i * w, "b": b * 0.9 + a.sum()}
         return qb.fori_loop(2, 6, body, {"a": x, "b": 1.0}, operands=(w,))
-    out = wrap(f)(qb.array(X), qb.array(3.0))
     a, b = X.copy(), 1.0
     for i in range(2, 6):
         a, b = a + i * 3.0, b * 0.9 + a.sum()
-    np.testing.assert_allclose(np.asarray(out["a"]), a, rtol=1e-14)
-    np.testing.assert_allclose(np.asarray(out["b"]), b, rtol=1e-14)
+    for run in on.forms(f):
+        out = run(qb.array(X), qb.array(3.0))
+        on.close(out["a"], a, rtol=1e-14, atol=0)
+        on.close(out["b"], b, rtol=1e-14, atol=0)
 
 
 def test_fori_loop_traced_bounds_is_a_while_loop():
@@ -84,14 +86,14 @@ def test_while_loop(wrap):
     assert 3 <= float(n) <= 10
 
 
-@pytest.mark.parametrize("wrap", [lambda f: f, qb.jit], ids=["eager", "jit"])
-def test_cond_traced_predicate_and_captures(wrap):
+def test_cond_traced_predicate_and_captures(on):
     def f(x, s):
         return qb.cond(x.sum() > s, lambda v: v * s, lambda v: v - qb.exp(s), x)
-    for s in (0.0, 10.0):
-        out = wrap(f)(qb.array(X), qb.array(s))
-        want = X * s if X.sum() > s else X - np.exp(s)
-        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-14)
+    for run in on.forms(f):
+        for s in (0.0, 10.0):
+            out = run(qb.array(X), qb.array(s))
+            want = X * s if X.sum() > s else X - np.exp(s)
+            on.close(out, want, rtol=1e-14, atol=0)
 
 
 def test_cond_concrete_predicate_calls_one_branch():
@@ -100,15 +102,15 @@ def test_cond_concrete_predicate_calls_one_branch():
     assert out == 1.0 and called == ["t"]
 
 
-def test_cond_weak_branch_adopts_the_other_dtype():
-    f = qb.jit(lambda x: qb.cond(x.sum() > 0, lambda: x, lambda: 0.0 * x + 1.0))
+def test_cond_weak_branch_adopts_the_other_dtype(on):
+    f = qb.jit(lambda x: qb.cond(x.sum() > 0, lambda: x, lambda: 0.0 * x + 1.0), device=on.device)
     out = f(qb.array(X, dtype=qb.float32))
     assert out.dtype == qb.float32
-    g = qb.jit(lambda x: qb.cond(x > 0, lambda: x * 2, lambda: 0.0))
+    g = qb.jit(lambda x: qb.cond(x > 0, lambda: x * 2, lambda: 0.0), device=on.device)
     assert g(qb.array(1.5, dtype=qb.float32)).dtype == qb.float32
 
 
-def test_nested_regions_and_closures():
+def test_nested_regions_and_closures(on):
     def f(x):
         def outer(i, c):
             inner = qb.fori_loop(0, 3, lambda j, d: d + x[j] * i, 0.0)
@@ -118,22 +120,23 @@ def test_nested_regions_and_closures():
     for i in range(4):
         inner = sum(X[j] * i for j in range(3))
         ref = ref + inner if inner > 2.0 else ref - 1.0
-    np.testing.assert_allclose(float(qb.jit(f)(qb.array(X))), ref, rtol=1e-14)
-    np.testing.assert_allclose(float(f(qb.array(X))), ref, rtol=1e-14)
+    for run in on.forms(f):
+        on.close(run(qb.array(X)), ref, rtol=1e-14, atol=0)
 
 
-def test_dynamic_index_clamps_like_jax():
+def test_dynamic_index_clamps_like_jax(on):
     x = qb.array(np.arange(12.0).reshape(4, 3))
-    pick = qb.jit(lambda x, i: x[i])
+    pick = qb.jit(lambda x, i: x[i], device=on.device)
     for i, row in [(0, 0), (2, 2), (-1, 3), (-4, 0), (7, 3), (-9, 0), (2.7, 2)]:
         np.testing.assert_array_equal(np.asarray(pick(x, qb.array(float(i)))),
                                       np.arange(12.0).reshape(4, 3)[row])
-    col = qb.jit(lambda x, i: x[1:, i])(x, qb.array(-1.0))
+    col = qb.jit(lambda x, i: x[1:, i], device=on.device)(x, qb.array(-1.0))
     np.testing.assert_array_equal(np.asarray(col), [5.0, 8.0, 11.0])
 
 
-def test_float32_carry_stays_float32():
-    f = qb.jit(lambda x: qb.scan(lambda c, i: (c * 0.5 + x[i], c), 0.0, length=4))
+def test_float32_carry_stays_float32(on):
+    f = qb.jit(lambda x: qb.scan(lambda c, i: (c * 0.5 + x[i], c), 0.0, length=4),
+               device=on.device)
     c, ys = f(qb.array(X, dtype=qb.float32))
     assert c.dtype == qb.float32 and ys.dtype == qb.float32
 

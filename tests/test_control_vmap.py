@@ -1,11 +1,16 @@
 """vmap of control flow (issue 8, item 4): each batched region equals a Python loop over the
-batch of the same function applied per example."""
+batch of the same function applied per example. Tests that take ``on`` run the batched
+function on every device (helpers.OnDevice); those of while loops with float64 tolerances in
+their conditions run on the CPU only (MLX would run them in float32, where they never end)."""
 
 import numpy as np
 import pytest
 
 import quabla as qb
+from helpers import OnDevice
 
+pytestmark = pytest.mark.filterwarnings("ignore::quabla.PrecisionWarning")  # MLX's float32
+CPU = OnDevice("cpu")
 RNG = np.random.default_rng(8)
 
 
@@ -21,13 +26,14 @@ def per_example(f, args, in_axes):
     return [np.stack(col) for col in zip(*rows)]
 
 
-def check_vmap(f, args, in_axes, rtol=1e-12):
-    got = qb.vmap(f, in_axes=in_axes)(*[qb.asarray(a) for a in args])
+def check_vmap(on, f, args, in_axes, rtol=1e-12):
+    """vmap of ``f`` on ``on``'s device against ``per_example`` (on the CPU)."""
+    got = on(qb.vmap(f, in_axes=in_axes))(*[qb.asarray(a) for a in args])
     got = got if isinstance(got, tuple) else (got,)
     want = per_example(f, args, in_axes)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=1e-12)
+        on.close(g, w, rtol=rtol, atol=1e-12)
     return got
 
 
@@ -48,11 +54,11 @@ def scan_program(c0, xs, w):
 
 @pytest.mark.parametrize("in_axes", [(0, 0, 0), (None, 0, None), (0, None, None),
                                      (None, None, 0)])
-def test_scan_batched_init_xs_and_closure(in_axes):
+def test_scan_batched_init_xs_and_closure(in_axes, on):
     size, n = 3, 4
     args = [RNG.normal(size=(size,)), RNG.normal(size=(size, n)), RNG.uniform(0.5, 1.0, size)]
     args = [a if ax is not None else a[0] for a, ax in zip(args, in_axes)]
-    check_vmap(scan_program, args, in_axes)
+    check_vmap(on, scan_program, args, in_axes)
 
 
 def test_scan_carry_made_batched_by_the_body_takes_a_fixpoint():
@@ -72,7 +78,7 @@ def test_scan_carry_made_batched_by_the_body_takes_a_fixpoint():
             np.testing.assert_allclose(np.asarray(g)[k], np.asarray(w), rtol=1e-12)
 
 
-def test_scan_over_a_matrix_carry_with_batched_closure_matrix():
+def test_scan_over_a_matrix_carry_with_batched_closure_matrix(on):
     def f(x0, a):
         def step(x, i):
             x = qb.tanh(qb.matmul(a, x)) + i * 0.1
@@ -80,24 +86,24 @@ def test_scan_over_a_matrix_carry_with_batched_closure_matrix():
         return qb.scan(step, x0, length=3)
 
     args = [RNG.normal(size=(2, 3)), RNG.normal(size=(2, 3, 3))]
-    check_vmap(f, args, (0, 0))
-    check_vmap(f, [args[0], args[1][0]], (0, None))
+    check_vmap(on, f, args, (0, 0))
+    check_vmap(on, f, [args[0], args[1][0]], (0, None))
 
 
-def test_fori_loop_batched_init_and_operands():
+def test_fori_loop_batched_init_and_operands(on):
     def f(x, a):
         return qb.fori_loop(1, 5, lambda i, c, a: c * a + i, x, operands=(a,))
 
-    check_vmap(f, [RNG.normal(size=(4, 2)), RNG.normal(size=(4,))], (0, 0))
-    check_vmap(f, [RNG.normal(size=(2,)), RNG.normal(size=(4,))], (None, 0))
+    check_vmap(on, f, [RNG.normal(size=(4, 2)), RNG.normal(size=(4,))], (0, 0))
+    check_vmap(on, f, [RNG.normal(size=(2,)), RNG.normal(size=(4,))], (None, 0))
 
 
-def test_fori_loop_with_traced_bound_batched_lane_counts():
+def test_fori_loop_with_traced_bound_batched_lane_counts(on):
     """A traced upper bound makes a while loop; batched, lanes run different trip counts."""
     def f(x, n):
         return qb.fori_loop(0, n, lambda i, c: c * 1.5 + i, x)
 
-    check_vmap(f, [RNG.normal(size=(4,)), np.array([0.0, 1.0, 3.0, 6.0])], (0, 0))
+    check_vmap(on, f, [RNG.normal(size=(4,)), np.array([0.0, 1.0, 3.0, 6.0])], (0, 0))
 
 
 # -- cond ---------------------------------------------------------------------------------------
@@ -110,32 +116,32 @@ def cond_program(p, x, y):
 
 
 @pytest.mark.parametrize("in_axes", [(None, 0, None), (None, None, 0), (None, 0, 0)])
-def test_cond_unbatched_predicate_stays_a_branch(in_axes):
+def test_cond_unbatched_predicate_stays_a_branch(in_axes, on):
     args = [np.array(1.0), RNG.normal(size=(3, 2)), RNG.uniform(0.5, 2.0, size=(3,))]
     args = [a if ax is not None else (a if a.ndim == 0 else a[0]) for a, ax in
             zip(args, in_axes)]
     for p in (1.0, -1.0):
-        check_vmap(cond_program, [np.array(p)] + args[1:], in_axes)
+        check_vmap(on, cond_program, [np.array(p)] + args[1:], in_axes)
     assert "= cond " in program_text(cond_program, args, in_axes)
 
 
 @pytest.mark.parametrize("in_axes", [(0, None, None), (0, 0, None), (0, 0, 0)])
-def test_cond_batched_predicate_selects_per_lane(in_axes):
+def test_cond_batched_predicate_selects_per_lane(in_axes, on):
     p = np.array([1.0, -1.0, 2.0, -3.0])
     x, y = RNG.normal(size=(4, 2)), np.array([-1.0, 2.0, 0.5, 3.0])  # lane 0 takes true_fun
     args = [p, x if in_axes[1] is not None else x[0], y if in_axes[2] is not None else y[2]]
-    got = check_vmap(cond_program, args, in_axes)
+    got = check_vmap(on, cond_program, args, in_axes)
     assert np.isfinite(np.asarray(got[1])).all()
     assert "= cond " not in program_text(cond_program, args, in_axes)
 
 
-def test_cond_batched_predicate_inside_scan():
+def test_cond_batched_predicate_inside_scan(on):
     def f(x):
         def step(c, i):
             return qb.cond(c > 0, lambda c: c - i, lambda c: c * c + 1.0, c), c
         return qb.scan(step, x, length=4)
 
-    check_vmap(f, [np.array([0.5, 3.0, -2.0, 10.0])], (0,))
+    check_vmap(on, f, [np.array([0.5, 3.0, -2.0, 10.0])], (0,))
 
 
 # -- while --------------------------------------------------------------------------------------
@@ -150,30 +156,30 @@ def newton_sqrt(a):
 
 def test_while_batched_predicate_lanes_finish_at_different_counts():
     a = np.array([1.0, 2.0, 9.0, 1e6, 0.25])
-    x, k = check_vmap(newton_sqrt, [a], (0,))
+    x, k = check_vmap(CPU, newton_sqrt, [a], (0,))
     np.testing.assert_allclose(np.asarray(x), np.sqrt(a), rtol=1e-12)
     assert len(set(np.asarray(k).tolist())) > 2  # the lanes really ran different counts
     assert "reduce_or" in program_text(newton_sqrt, [a], (0,))
 
 
-def test_while_batched_predicate_from_a_closure_only():
+def test_while_batched_predicate_from_a_closure_only(on):
     """The carry starts unbatched; only the closed-over limit is batched: every carry becomes
     batched and each lane stops on its own."""
     def halvings(limit):
         return qb.while_loop(lambda s: s[0] >= limit, lambda s: (s[0] * 0.5, s[1] + 1.0),
                              (100.0, 0.0))
 
-    x, k = check_vmap(halvings, [np.array([1.0, 7.0, 0.3, 200.0])], (0,))
+    x, k = check_vmap(on, halvings, [np.array([1.0, 7.0, 0.3, 200.0])], (0,))
     np.testing.assert_array_equal(np.asarray(k), [7.0, 4.0, 9.0, 0.0])
 
 
-def test_while_unbatched_predicate_stays_a_plain_loop():
+def test_while_unbatched_predicate_stays_a_plain_loop(on):
     def f(x, n):
         return qb.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1.0, s[1] * 2.0 - s[0]),
                              (0.0, x))
 
     args = [RNG.normal(size=(3, 2)), np.array(4.0)]
-    check_vmap(f, args, (0, None))
+    check_vmap(on, f, args, (0, None))
     text = program_text(f, args, (0, None))
     assert "= while " in text and "reduce_or" not in text
 
@@ -203,14 +209,14 @@ def test_vmap_of_vmap_through_scan_cond_and_while():
 
 
 @pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0)])
-def test_dynamic_index_batched_index_array_or_both(in_axes):
+def test_dynamic_index_batched_index_array_or_both(in_axes, on):
     x = RNG.normal(size=(3, 5, 2))
     i = np.array([0.0, 4.0, -1.0])  # -1 counts from the end
     args = [x if in_axes[0] is not None else x[0], i if in_axes[1] is not None else i[1]]
-    check_vmap(lambda x, i: x[i] * 2.0, args, in_axes)
-    check_vmap(lambda x, i: x[:, i], args, in_axes)  # along axis 1: a transpose first
+    check_vmap(on, lambda x, i: x[i] * 2.0, args, in_axes)
+    check_vmap(on, lambda x, i: x[:, i], args, in_axes)  # along axis 1: a transpose first
     # the VJP of x[i] (dynamic_update_add) under vmap: per-example gradients
-    check_vmap(qb.grad(lambda x, i: qb.sum(qb.sin(x[i]))), args, in_axes)
+    check_vmap(on, qb.grad(lambda x, i: qb.sum(qb.sin(x[i]))), args, in_axes)
 
 
 # -- jacobian and hessian (vmap of jvp / vjp) through regions, against JAX -----------------------
