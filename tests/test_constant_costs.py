@@ -177,3 +177,34 @@ def test_pickled_constants_hash_as_in_the_loading_process(tmp_path):
     local = Const(np.arange(500.0))
     assert loaded == local and hash(loaded) == hash(local)
     assert {local: 1}[loaded] == 1
+
+
+def test_large_results_of_constants_are_staged_in_a_trace_not_computed():
+    """Inside a trace, an op of eager arrays only is computed now when its result is small
+    (``FOLD_LIMIT`` elements, as the rewriter folds) and recorded in the trace when it is
+    larger: ``1.0 - eye(n)`` and a gradient seed times it were materialized at trace time (512
+    MB each for n = 8192), where the program fuses them. Outside a trace nothing changes."""
+    from quabla.core.rewrite import FOLD_LIMIT
+
+    side = int(FOLD_LIMIT ** 0.5) + 1                      # side * side > FOLD_LIMIT
+    big, small = qb.eye(side), qb.eye(8)
+
+    def f(x):
+        return qb.sum((1.0 - big) * x), qb.sum((1.0 - small) * x[:8, :8])
+
+    x = np.random.default_rng(0).uniform(-1, 1, (side, side))
+    graph = qb.jit(f).lower(x).graph
+    constants = [n for n in graph.nodes if n.op == "constant" and n.shape]
+    assert [n.shape for n in constants] == [(side, side), (8, 8)]  # eye(side), 1 - eye(8)
+    for got, want in zip(qb.jit(f)(x), (np.sum((1 - np.eye(side)) * x),
+                                        np.sum((1 - np.eye(8)) * x[:8, :8]))):
+        np.testing.assert_allclose(float(got), want, rtol=1e-12)
+    g = qb.jit(qb.grad(lambda x: f(x)[0]))(x)
+    np.testing.assert_allclose(np.asarray(g), 1 - np.eye(side), rtol=0, atol=0)
+    assert isinstance(1.0 - big, qb.Tensor)                  # eagerly: computed at once
+
+    def needs_its_value(x):
+        return x * float(np.asarray(1.0 - big).sum())       # a staged value is not concrete
+
+    with pytest.raises(qb.TracerError, match="compute it before the transformed function"):
+        qb.jit(needs_its_value)(x)

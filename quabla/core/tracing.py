@@ -1,9 +1,10 @@
 """Tracing: ``TraceTensor`` placeholders, the stack of traces in progress, and ``bind``.
 
 ``bind(op, *args, **params)`` is the single entry of every primitive application. With only
-eager arguments it runs the primitive's NumPy reference at once (eager mode). With a tracer
-among the arguments it records a node in the innermost trace in progress that the tracers
-belong to. Eager arrays that meet a tracer become graph constants, and tracers of enclosing
+eager arguments it runs the primitive's NumPy reference at once (eager mode), unless a trace is
+in progress and the result is large: that is recorded in the innermost trace, as the rewriter
+folds only small constants (``FOLD_LIMIT``). With a tracer among the arguments it records a
+node in the innermost trace in progress that the tracers belong to. Eager arrays that meet a tracer become graph constants, and tracers of enclosing
 traces are lifted into the inner graph as capture inputs, so closures compose (spec S3b, S4b).
 """
 
@@ -16,6 +17,7 @@ from ..errors import CONTROL_FLOW_MESSAGE, TracerError
 from ..operators import Operators
 from .graph import GraphBuilder
 from .primitives import PRIMITIVES
+from .rewrite import FOLD_LIMIT
 
 __all__ = ["TraceTensor", "TraceFrame", "bind", "trace_frame", "current_frames"]
 
@@ -81,6 +83,18 @@ class TraceFrame(GraphBuilder):
     def wrap(self, nid):
         node = self.nodes[nid]
         return TraceTensor(self, nid, node.shape, node.dtype, node.weak)
+
+
+def _of_constants_only(frame, nid):
+    """Does node ``nid`` of ``frame`` depend on no input (only on constants)?"""
+    todo, seen = [nid], set()
+    while todo:
+        node = frame.nodes[todo.pop()]
+        if node.op == "input":
+            return False
+        todo.extend(o for o in node.operands if o not in seen)
+        seen.update(node.operands)
+    return True
 
 
 def _escaped():
@@ -149,8 +163,11 @@ class TraceTensor(Operators):
         raise TracerError(CONTROL_FLOW_MESSAGE)
 
     def _concrete(self, what):
+        hint = (f" (a result of over {FOLD_LIMIT} elements is recorded in the trace even when "
+                "its operands are eager arrays: compute it before the transformed function)"
+                if _of_constants_only(self._frame, self._id) else "")
         raise TracerError(
-            f"{what} needs a concrete value, but this is a TraceTensor inside a transform; "
+            f"{what} needs a concrete value, but this is a TraceTensor inside a transform{hint}; "
             "return the value from the transformed function instead"
         )
 
@@ -212,6 +229,7 @@ def bind(op, *args, **params):
     if prim.multiple_results:
         return _bind_results(prim, frame, args, params)
     shape, dtype, weak = prim.shape_rule(*args, **params)
+    frame = frame or _staging_frame([shape])
     if frame is None:
         with np.errstate(all="ignore"):
             value = prim.impl(*[a._value for a in args], **params)
@@ -225,9 +243,21 @@ def bind(op, *args, **params):
     return TraceTensor(frame, nid, shape, dtype, weak)
 
 
+def _staging_frame(shapes):
+    """The trace that a result of eager arrays only, of ``shapes``, is recorded in: the
+    innermost one in progress if a result is larger than ``FOLD_LIMIT`` elements (computing it
+    now would materialize it: ``1.0 - eye(8192)``, or a gradient seed times a big constant,
+    is 512 MB at trace time, where the compiled program fuses it), else None (computed now)."""
+    stack = current_frames()
+    if stack and any(int(np.prod(shape, dtype=np.int64)) > FOLD_LIMIT for shape in shapes):
+        return stack[-1]
+    return None
+
+
 def _bind_results(prim, frame, args, params):
     """``bind`` of a primitive with several results: a list of Tensors or TraceTensors."""
     avals = prim.shape_rule(*args, **params)
+    frame = frame or _staging_frame([shape for shape, _, _ in avals])
     if frame is None:
         with np.errstate(all="ignore"):
             values = prim.impl(*[a._value for a in args], **params)
