@@ -229,7 +229,8 @@ def bind(op, *args, **params):
     if prim.multiple_results:
         return _bind_results(prim, frame, args, params)
     shape, dtype, weak = prim.shape_rule(*args, **params)
-    frame = frame or _staging_frame([shape])
+    if frame is None:
+        frame = _staging_frame([shape])
     if frame is None:
         with np.errstate(all="ignore"):
             value = prim.impl(*[a._value for a in args], **params)
@@ -257,7 +258,8 @@ def _staging_frame(shapes):
 def _bind_results(prim, frame, args, params):
     """``bind`` of a primitive with several results: a list of Tensors or TraceTensors."""
     avals = prim.shape_rule(*args, **params)
-    frame = frame or _staging_frame([shape for shape, _, _ in avals])
+    if frame is None:
+        frame = _staging_frame([shape for shape, _, _ in avals])
     if frame is None:
         with np.errstate(all="ignore"):
             values = prim.impl(*[a._value for a in args], **params)
