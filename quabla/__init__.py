@@ -16,6 +16,7 @@ from .core.tracing import TraceTensor
 from .ops import (
     negative, add, subtract, multiply, divide, power, maximum, minimum,
     sin, cos, exp, log, log1p, expm1, tanh, sqrt, sign, square, relu, sigmoid, softplus,
+    stop_gradient,
     greater, greater_equal, less, less_equal, equal, not_equal,
     logical_and, logical_or, logical_not, isfinite, isnan,
     where, astype, reshape, transpose, broadcast_to, squeeze, expand_dims,
@@ -23,7 +24,7 @@ from .ops import (
     abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
-from .jacobians import jacobian, hessian
+from .jacobians import jacobian, jacfwd, jacrev, hessian
 from .devices import devices
 from . import tree, random, optim
 from . import linalg
@@ -50,12 +51,13 @@ __all__ = [
     "array", "asarray", "zeros", "ones", "full", "arange", "linspace", "eye",
     "negative", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
     "sin", "cos", "exp", "log", "log1p", "expm1", "tanh", "sqrt", "sign", "square",
-    "relu", "sigmoid", "softplus",
+    "relu", "sigmoid", "softplus", "stop_gradient",
     "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
-    "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "hessian",
+    "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "jacfwd", "jacrev",
+    "hessian",
     "devices",
     "cond", "fori_loop", "scan", "while_loop", "newton", "odeint",
     "tree", "random", "optim", "linalg", "save", "load",

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from . import dtypes as _dt
+from . import tree
 from .array import Array, Tensor, as_index, as_shape, asarray
 from .core.tracing import TraceTensor, bind
 from .errors import TracerError
@@ -20,7 +21,7 @@ from .errors import TracerError
 __all__ = [
     "negative", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
     "sin", "cos", "exp", "log", "log1p", "expm1", "tanh", "sqrt", "sign", "square",
-    "relu", "sigmoid", "softplus",
+    "relu", "sigmoid", "softplus", "stop_gradient",
     "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
@@ -228,6 +229,15 @@ def relu(x):
 def softplus(x):
     """log(1 + exp(x)), computed without overflow; its derivative is sigmoid(x) everywhere."""
     return _unary("softplus", x)
+
+
+def stop_gradient(x):
+    """``x``, with no tangent and no cotangent under any transform (pytrees: leaf by leaf)."""
+    def leaf(v):
+        (v,) = _promote("stop_gradient", (v,), kind="any")
+        return bind("stop_gradient", v) if v.dtype.is_floating else v
+
+    return tree.map(leaf, x)
 
 
 def _comparison(op, public):
@@ -464,7 +474,8 @@ def getitem(x, index):
 def _dynamic_getitem(x, index):
     """Static indexing with a full slice at each scalar-array entry, then one ``dynamic_index``
     per such axis (the last first, so the positions of the others stay). Like JAX, an index out
-    of range is clamped and a negative one counts from the end."""
+    of range is clamped and a negative one counts from the end. An eager index must be a whole
+    number, as NumPy's; a traced one that is not is rounded down (``clamp_index``)."""
     used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     static, dynamic, axis = [], [], 0
     for item in index:
@@ -474,6 +485,9 @@ def _dynamic_getitem(x, index):
                 raise TypeError(
                     f"{kind} index must be a floating scalar (one row of its axis); got "
                     f"{item.dtype}{list(item.shape)}: gather and boolean masks are unsupported")
+            if not isinstance(item, TraceTensor) and not float(item.numpy()).is_integer():
+                raise TypeError(f"an array index must hold a whole number, got "
+                                f"{float(item.numpy())!r} (a traced one is rounded down)")
             dynamic.append((axis, item))
             item = slice(None)
         if item is Ellipsis:

@@ -170,6 +170,7 @@ FLOAT_ELEMENTWISE = {
     "abs": lambda x, y: qb.abs(x), "sign": lambda x, y: qb.sign(x) * x,
     "logistic": lambda x, y: qb.sigmoid(x), "relu": lambda x, y: qb.relu(x),
     "softplus": lambda x, y: qb.softplus(x), "integer_pow": lambda x, y: x ** 3,
+    "stop_gradient": lambda x, y: qb.stop_gradient(x * y),
     "add": qb.add, "sub": qb.subtract, "mul": qb.multiply, "div": qb.divide, "pow": qb.power,
     "max": qb.maximum, "min": qb.minimum,
 }

@@ -180,7 +180,7 @@ def test_bad_leaves_and_arguments():
         qb.cond(qb.array(X) > 0, lambda: 1.0, lambda: 2.0)
     with pytest.raises(ValueError, match="length must be >= 0"):
         qb.scan(lambda c, i: (c, c), 0.0, length=-1)
-    with pytest.raises(TypeError, match="unroll must be a bool"):
-        qb.scan(lambda c, i: (c, c), 0.0, length=3, unroll=2)
+    with pytest.raises(TypeError, match="unroll must be a bool or a positive int"):
+        qb.scan(lambda c, i: (c, c), 0.0, length=3, unroll=2.5)
     with pytest.raises(TypeError, match="floating scalar"):
         qb.array(X)[qb.array([1.0, 2.0])]

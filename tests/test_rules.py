@@ -235,7 +235,7 @@ NONDIFF_CASES = {
     "le": lambda x, y: x <= y, "eq": qb.equal, "ne": qb.not_equal,
     "isfinite": lambda x, y: qb.isfinite(x / y), "isnan": lambda x, y: qb.isnan(qb.log(x)),
     "and": lambda x, y: (x > 0.0) & (y > 0.0), "or": lambda x, y: (x > 0.0) | (y > 0.0),
-    "not": lambda x, y: ~(x > y),
+    "not": lambda x, y: ~(x > y), "stop_gradient": lambda x, y: qb.stop_gradient(x * y),
     "reduce_or": lambda x, y: qb.any(x > y, axis=1), "reduce_and": lambda x, y: qb.all(x > y, axis=0),
 }
 

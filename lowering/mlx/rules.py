@@ -70,7 +70,7 @@ _ELEMENTWISE = {
     "exp": _unary(_exp), "log": _unary(mx.log), "log1p": _unary(mx.log1p),
     "expm1": _unary(mx.expm1), "tanh": _unary(mx.tanh), "sqrt": _unary(mx.sqrt),
     "abs": _unary(mx.abs), "sign": _unary(_sign), "logistic": _unary(_logistic),
-    "relu": _unary(_relu), "softplus": _unary(_softplus),
+    "relu": _unary(_relu), "softplus": _unary(_softplus), "stop_gradient": _unary(mx.array),
     "integer_pow": lambda ctx, x, *, n: power_by_squaring(mx.ones_like(x), x, n),
     "add": _binary(mx.add), "sub": _binary(mx.subtract), "mul": _binary(mx.multiply),
     "div": _binary(mx.divide), "pow": _binary(mx.power),
@@ -133,8 +133,8 @@ def _reduction(fn):
 
 
 def _row(i, n):
-    """The row an index value selects, as ``clamp_index``: truncate, wrap negatives, clamp."""
-    k = mx.trunc(mx.nan_to_num(i, nan=0.0, posinf=n, neginf=-n))
+    """The row an index value selects, as ``clamp_index``: round down, wrap negatives, clamp."""
+    k = mx.floor(mx.nan_to_num(i, nan=0.0, posinf=n, neginf=-n))
     k = mx.where(k < 0, k + n, k)
     return mx.clip(k, 0, n - 1).astype(mx.int32)
 

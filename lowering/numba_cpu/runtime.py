@@ -285,12 +285,12 @@ def _integer_pow(typingctx, x, n):
 @intrinsic
 def _clamp_index(typingctx, i, n):
     """The row of ``n`` that the index ``i`` selects, as ``clamp_index`` in
-    quabla/core/rules/structural.py: NaN is 0, truncated toward zero, a negative one counts
-    from the end, then clamped into [0, n - 1]. As Python::
+    quabla/core/rules/structural.py: NaN is 0, rounded down, a negative one counts from the
+    end, then clamped into [0, n - 1]. As Python::
 
         if i != i:
             return 0
-        k = int(i) if abs(i) < 1e18 else (n if i > 0 else -n)
+        k = math.floor(i) if abs(i) < 1e18 else (n if i > 0 else -n)
         if k < 0:
             k += n
         return min(max(k, 0), n - 1)
@@ -310,7 +310,8 @@ def _clamp_index(typingctx, i, n):
                                             ir.Constant(x.type, 1e18))
             beyond = builder.select(builder.fcmp_ordered(">", x, ir.Constant(x.type, 0.0)),
                                     count, builder.neg(count))
-            k = builder.select(in_range, builder.fptosi(x, int64), beyond)
+            down = _intrinsic_call(builder, "llvm.floor", x)
+            k = builder.select(in_range, builder.fptosi(down, int64), beyond)
         k = builder.select(builder.icmp_signed("<", k, zero), builder.add(k, count), k)
         k = builder.select(builder.icmp_signed("<", k, zero), zero, k)
         last = builder.sub(count, ir.Constant(int64, 1))

@@ -107,11 +107,11 @@ def _cast_bool(x):
 
 @_device
 def _row(i, n):
-    """The row of an axis of ``n`` that the index value ``i`` selects: truncated, negative
+    """The row of an axis of ``n`` that the index value ``i`` selects: rounded down, negative
     from the end, clamped into [0, n - 1] (NaN: 0), as quabla's clamp_index."""
     if i != i:
         return 0
-    k = int(max(min(i, n), -n))
+    k = int(math.floor(max(min(i, n), -n)))
     if k < 0:
         k += n
     return max(min(k, n - 1), 0)

@@ -30,7 +30,7 @@ inner scan, plus a scan over the remaining steps): the outer scan stores only th
 segment starts, and its backward pass recomputes each segment's carries from them, about
 ``2 sqrt(length)`` stored carries for one more forward pass (applied again to a segment loop
 that is itself too large). ``while_loop`` has no reverse mode (its trip count is unknown
-before it runs), as in JAX.
+before it runs), as in JAX, unless no cotangent needs to cross it (``while_vjp``).
 """
 
 import math
@@ -290,20 +290,21 @@ def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry):
     return _spread(res[:a], carry_f, init) + _spread(res[a:], const_f, consts)
 
 
-def _loop_vjp(body, n, carry_f, ys_f):
-    """The VJP of a scan body ``(i, *carry, *consts) -> (*carry, *ys)`` seeded at the flagged
-    carries and ys, at the fixpoint of which carries have nonzero cotangents. Returns
-    ``(graph, carry flags, const flags, grad_at)``: the graph's inputs are the primals, then
-    the seeds; ``grad_at`` maps a body input to the graph output of its gradient."""
+def _loop_vjp(body, n, carry_f, ys_f, lead=1):
+    """The VJP of a loop body ``(*lead, *carry, *consts) -> (*carry, *ys)`` (a scan's
+    ``lead`` is its index) seeded at the flagged carries and ys, at the fixpoint of which
+    carries have nonzero cotangents. Returns ``(graph, carry flags, const flags, grad_at)``:
+    the graph's inputs are the primals, then the seeds; ``grad_at`` maps a body input to the
+    graph output of its gradient."""
     n_in, n_out = len(body.inputs), len(body.outputs)
-    wrt = [k for k in range(1, n_in) if body.nodes[body.inputs[k]].dtype.is_floating]
+    wrt = [k for k in range(lead, n_in) if body.nodes[body.inputs[k]].dtype.is_floating]
     grad_at = {k: n_out + j for j, k in enumerate(wrt)}
     while True:
         graph = vjp_graph(body, wrt, ["input" if f else None for f in carry_f + ys_f])
         nonzero = dict(zip(wrt, _nonzero(graph, n_in, [grad_at[k] for k in wrt])))
-        settled = [c or nonzero.get(1 + k, False) for k, c in enumerate(carry_f)]
+        settled = [c or nonzero.get(lead + k, False) for k, c in enumerate(carry_f)]
         if settled == carry_f:
-            const_f = [nonzero.get(k, False) for k in range(1 + n, n_in)]
+            const_f = [nonzero.get(k, False) for k in range(lead + n, n_in)]
             return graph, carry_f, const_f, grad_at
         carry_f = settled
 
@@ -370,9 +371,17 @@ def while_jvp(primals, tangents, outs, *, cond_fun, body, n_carry):
     return _spread(res[n:], carry_f, outs)
 
 
-def while_vjp(cts, primals, outs, *, cond_fun, body, n_carry):
+def while_vjp(cts, primals, outs, *, cond_fun, body, n_carry, wanted):
+    """No cotangent for any operand when none that is ``wanted`` depends on a result with a
+    cotangent (through the body, to a fixpoint; a result depends on its own start when the
+    loop runs no step): the loop then only computes values the gradient reads, as in JAX.
+    A cotangent that must cross the loop raises."""
+    _, carry_f, const_f, _ = _loop_vjp(body, n_carry, _flags(cts), [], lead=0)
+    if not any(f and w for f, w in zip(carry_f + const_f, wanted)):
+        return [None] * len(primals)
     raise UnsupportedOperationError(
-        "reverse-mode differentiation of while_loop is not supported: its trip count is only "
-        "known when it runs, so the steps to store are unknown. Use fori_loop with static "
-        "(Python int) bounds, or scan, which are reverse-mode differentiable; forward mode "
-        "(jvp, jacfwd) works through while_loop", op="while", device=None)
+        "reverse-mode differentiation of while_loop is not supported where a cotangent must "
+        "flow through its carry: its trip count is only known when it runs, so the steps to "
+        "store are unknown. Use fori_loop with static (Python int) bounds, or scan, which are "
+        "reverse-mode differentiable; forward mode (jvp, jacfwd) works through while_loop",
+        op="while", device=None)

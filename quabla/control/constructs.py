@@ -120,26 +120,30 @@ def _result_avals(body, outputs):
 
 # -- scan / fori_loop ---------------------------------------------------------------------------
 
-def scan(f, init, *, length, operands=(), unroll=False):
-    """``f(carry, i, *operands) -> (carry, y)`` for ``i = 0, ..., length - 1``; returns the
-    final carry and the ``y``s stacked on a new leading axis. ``i`` is a float64 scalar
-    array; ``xs[i]`` reads row ``i`` of an array. ``unroll=True`` inlines every step instead
-    of compiling a loop."""
+def scan(f, init, *, length, operands=(), unroll=False, reverse=False):
+    """``f(carry, i, *operands) -> (carry, y)`` for ``i = 0, ..., length - 1`` (from the last
+    down with ``reverse=True``); returns the final carry and the ``y``s stacked on a new
+    leading axis, row ``i`` holding step ``i``'s (in either direction, as in JAX). ``i`` is a
+    float64 scalar array; ``xs[i]`` reads row ``i`` of an array. ``unroll``: ``True`` inlines
+    every step instead of compiling a loop, an integer ``k`` runs ``k`` steps per iteration."""
     return _scan(lambda carry, i, ops_: f(carry, i, *ops_), init, as_index(length), 0,
-                 operands, unroll, "scan")
+                 operands, unroll, reverse, "scan")
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, operands=(), unroll=False):
     """``body_fun(i, carry, *operands) -> carry`` for ``i`` from ``lower`` to ``upper - 1``.
-    Static bounds compile a counted loop (reverse-mode differentiable); traced bounds make it
-    a ``while_loop``."""
+    Static bounds compile a counted loop (reverse-mode differentiable; ``unroll`` as for
+    ``scan``); traced bounds make it a ``while_loop``."""
     bounds = [as_leaf(b, "fori_loop's bound") if not isinstance(b, (int, np.integer)) else b
               for b in (lower, upper)]
     if any(isinstance(b, TraceTensor) for b in bounds):
+        if _unroll_steps(unroll, 2, "fori_loop") != 1:
+            raise ValueError("fori_loop: unroll needs static bounds (Python ints); with traced "
+                             "bounds the loop is a while_loop")
         return _traced_fori(bounds, body_fun, init_val, operands)
     lo, hi = (_static_bound(b) for b in bounds)
     carry, _ = _scan(lambda carry, i, ops_: (body_fun(i, carry, *ops_), ()), init_val,
-                     max(hi - lo, 0), lo, operands, unroll, "fori_loop")
+                     max(hi - lo, 0), lo, operands, unroll, False, "fori_loop")
     return carry
 
 
@@ -153,19 +157,33 @@ def _static_bound(b):
 
 
 def _traced_fori(bounds, body_fun, init_val, operands):
-    lower, upper = (ops.astype(as_leaf(b, "fori_loop's bound"), INDEX_DTYPE) if isinstance(b, Array)
-                    else ops.weak_scalar(float(b), INDEX_DTYPE) for b in bounds)
+    """A ``while_loop`` over ``(i, carry)``. The bounds are indices: they carry no tangent
+    and no cotangent (``stop_gradient``), so neither does ``i`` nor what is computed from it."""
+    lower, upper = (ops.stop_gradient(ops.astype(as_leaf(b, "fori_loop's bound"), INDEX_DTYPE))
+                    if isinstance(b, Array) else ops.weak_scalar(float(b), INDEX_DTYPE)
+                    for b in bounds)
     _, carry = while_loop(lambda state: ops.less(state[0], upper),
                           lambda state: (ops.add(state[0], 1.0), body_fun(state[0], state[1], *operands)),
                           (lower, init_val))
     return carry
 
 
-def _scan(f, init, length, lower, operands, unroll, what):
+def _unroll_steps(unroll, length, what):
+    """Steps per iteration, as JAX reads ``unroll``: ``True`` all of them, ``False`` one."""
+    if isinstance(unroll, (bool, np.bool_)):
+        return max(length, 1) if unroll else 1
+    if not isinstance(unroll, (int, np.integer)) or unroll < 1:
+        raise TypeError(f"{what}: unroll must be a bool or a positive int, got {unroll!r}")
+    return int(unroll)
+
+
+def _scan(f, init, length, lower, operands, unroll, reverse, what):
     if length < 0:
         raise ValueError(f"{what}: length must be >= 0, got {length}")
-    if not isinstance(unroll, (bool, np.bool_)):
-        raise TypeError(f"{what}: unroll must be a bool (True inlines every step)")
+    steps = _unroll_steps(unroll, length, what)
+    if 1 < steps < length:
+        return _scan_blocks(f, init, length, lower, operands, steps, reverse, what)
+    inline_all = unroll is True or unroll is np.True_ or steps > 1 or length == 0
     init_leaves, carry_tree = _leaves(init, f"{what}'s init")
     op_leaves, op_tree = _leaves(operands, f"{what}'s operands")
     op_args = op_tree.unflatten(op_leaves)
@@ -191,36 +209,59 @@ def _scan(f, init, length, lower, operands, unroll, what):
 
     body, init_leaves = _trace_carried(trace, init_leaves, carry_tree, what)
     ys_tree = shapes["ys"]
-    if unroll:
-        return _unrolled(body, init_leaves, op_leaves, length, lower, carry_tree, ys_tree, n)
-    if length == 0:
-        if ys_tree.num_leaves:
-            raise ValueError(f"{what}: length 0 would stack zero-extent ys, which Quabla does "
-                             "not support")
-        return carry_tree.unflatten(init_leaves), ys_tree.unflatten([])
+    if length == 0 and ys_tree.num_leaves:
+        raise ValueError(f"{what}: length 0 would stack zero-extent ys, which Quabla does not "
+                         "support (every array has at least one element)")
+    if inline_all:
+        return _unrolled(body, init_leaves, op_leaves, length, lower, reverse, carry_tree,
+                         ys_tree, n)
     graph, outer = hoist(body.graph, 1 + n)
     consts = inline(outer, op_leaves + body.captures)
     outs = bind("scan", *init_leaves, *consts, body=graph, length=length, lower=lower,
-                reverse=False, n_carry=n)
+                reverse=reverse, n_carry=n)
     return carry_tree.unflatten(outs[:n]), ys_tree.unflatten(outs[n:])
 
 
-def _unrolled(body, carry, op_leaves, length, lower, carry_tree, ys_tree, n):
+def _unrolled(body, carry, op_leaves, length, lower, reverse, carry_tree, ys_tree, n):
     """Every step inlined: no region, so every transform and back end handles it as it is."""
-    ys = []
-    for k in range(length):
+    ys = [None] * length
+    for k in (range(length - 1, -1, -1) if reverse else range(length)):
         i = ops.weak_scalar(float(lower + k), INDEX_DTYPE)
         outs = inline(body.graph, [i] + list(carry) + op_leaves + body.captures)
-        carry, y = outs[:n], outs[n:]
-        ys.append(y)
-    if ys and ys_tree.num_leaves:
-        stacked = [ops.stack([step[j] for step in ys]) for j in range(ys_tree.num_leaves)]
-    elif ys_tree.num_leaves:
-        raise ValueError("scan: length 0 would stack zero-extent ys, which Quabla does not "
-                         "support")
-    else:
-        stacked = []
+        carry, ys[k] = outs[:n], outs[n:]
+    stacked = [ops.stack([step[j] for step in ys]) for j in range(ys_tree.num_leaves)]
     return carry_tree.unflatten(list(carry)), ys_tree.unflatten(stacked)
+
+
+def _scan_blocks(f, init, length, lower, operands, steps, reverse, what):
+    """``unroll=steps``: a loop whose body runs ``steps`` steps of ``f`` one after the other,
+    then the ``length % steps`` steps left inlined (before the loop when ``reverse``)."""
+    blocks, rest = divmod(length, steps)
+
+    def block(carry, j, ops_):
+        ys = [None] * steps
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            carry, ys[t] = f(carry, ops.add(ops.multiply(j, float(steps)), float(lower + t)),
+                             ops_)
+        return carry, tree.map(lambda *rows: ops.stack(rows), *ys)
+
+    def looped(carry):
+        carry, ys = _scan(block, carry, blocks, 0, operands, False, reverse, what)
+        return carry, tree.map(lambda y: ops.reshape(y, (blocks * steps,) + tuple(y.shape[2:])),
+                               ys)
+
+    def inlined(carry):
+        return _scan(f, carry, rest, lower + blocks * steps, operands, True, reverse, what)
+
+    if not rest:
+        return looped(init)
+    if reverse:
+        carry, ys_rest = inlined(init)
+        carry, ys = looped(carry)
+    else:
+        carry, ys = looped(init)
+        carry, ys_rest = inlined(carry)
+    return carry, tree.map(lambda y, r: ops.concat([y, r], axis=0), ys, ys_rest)
 
 
 # -- while_loop ---------------------------------------------------------------------------------

@@ -42,9 +42,20 @@ def _operand_avals(args):
     return [(tuple(a.shape), a.dtype, a._weak) for a in args]
 
 
+def _check_operands(op, graph, operands, first=0):
+    """A region's operands must fit its sub-graph's inputs (from input ``first`` on): a rule
+    that wires them wrongly fails here, where it binds, not when the loop runs."""
+    wanted = [(g.shape, g.dtype) for g in (graph.nodes[i] for i in graph.inputs[first:])]
+    given = [(tuple(a.shape), a.dtype) for a in operands]
+    if wanted != given:
+        raise ValueError(f"{op}: operands {given} do not fit the sub-graph's inputs {wanted}")
+
+
 # -- cond ---------------------------------------------------------------------------------------
 
 def _cond_shape(pred, *operands, true_fun, false_fun):
+    _check_operands("cond", true_fun, operands)
+    _check_operands("cond", false_fun, operands)
     return [(s, d, wt and wf) for (s, d, wt), (_, _, wf)
             in zip(_weak_avals(true_fun), _weak_avals(false_fun))]
 
@@ -62,6 +73,7 @@ register(Primitive(
 # -- scan ---------------------------------------------------------------------------------------
 
 def _scan_shape(*operands, body, length, lower, reverse, n_carry):
+    _check_operands("scan", body, operands, first=1)
     carry = _operand_avals(operands[:n_carry])
     ys = [((length,) + tuple(s), d, w) for s, d, w in _weak_avals(body, body.outputs[n_carry:])]
     return carry + ys
@@ -88,6 +100,8 @@ register(Primitive(
 # -- while --------------------------------------------------------------------------------------
 
 def _while_shape(*operands, cond_fun, body, n_carry):
+    _check_operands("while", cond_fun, operands)
+    _check_operands("while", body, operands)
     return _operand_avals(operands[:n_carry])
 
 
@@ -101,4 +115,5 @@ def _while_impl(*operands, cond_fun, body, n_carry):
 register(Primitive(
     "while", shape_rule=_while_shape, impl=_while_impl, jvp=autodiff.while_jvp,
     vjp=autodiff.while_vjp, batch=batching.while_batch, multiple_results=True, foldable=False,
+    vjp_wanted=True,
 ))

@@ -88,7 +88,8 @@ def _merge_graphs(slots, fixed):
         if p >= fixed and key in where:
             position.append(where[key])
             continue
-        where[key] = len(unique)
+        if p >= fixed:  # a stacked y equal to a carry's node is still another result
+            where[key] = len(unique)
         position.append(len(unique))
         unique.append(p)
     graphs = [Graph(g.nodes, g.inputs, [g.outputs[p] for p in unique], g.input_names)

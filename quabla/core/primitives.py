@@ -43,6 +43,8 @@ class Primitive:
     - ``multiple_results``: the shape rule returns a list of avals, ``impl`` a list of arrays,
       and ``jvp``/``vjp``/``batch`` take and return one entry per result (``vjp`` gets a list of
       cotangents). Control-flow regions are such primitives; their params hold sub-``Graph``s.
+    - ``vjp_wanted``: the VJP rule also takes ``wanted``, per operand whether its cotangent
+      is needed (a ``while`` loop can be reverse-differentiated only where none is).
     - ``expand(*args, **params) -> [outputs]``: the op written with other ops and regions (a
       solver's iteration as a loop); ``quabla.core.expand`` replaces the node by it before
       lowering, so back ends never see the op.
@@ -50,12 +52,12 @@ class Primitive:
 
     __slots__ = (
         "name", "shape_rule", "impl", "jvp", "vjp", "batch", "differentiable",
-        "elementwise", "scalar", "foldable", "spec", "multiple_results", "expand",
+        "elementwise", "scalar", "foldable", "spec", "multiple_results", "expand", "vjp_wanted",
     )
 
     def __init__(self, name, *, shape_rule, impl, jvp=None, vjp=None, batch=None,
                  differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None,
-                 multiple_results=False, expand=None):
+                 multiple_results=False, expand=None, vjp_wanted=False):
         self.name = name
         self.shape_rule = shape_rule
         self.impl = impl
@@ -69,6 +71,7 @@ class Primitive:
         self.spec = spec  # the declarative entry (elementwise.yaml) this rule table came from
         self.multiple_results = multiple_results
         self.expand = expand
+        self.vjp_wanted = vjp_wanted
 
     def __repr__(self):
         return f"<Primitive {self.name}>"

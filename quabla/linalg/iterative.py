@@ -14,11 +14,12 @@ The operator must be linear in ``x``; the preconditioner is treated as constant.
 import numpy as np
 
 from .. import ops
+from ..array import Array
 from ..core.primitives import Primitive, Zero, is_zero, register
 from ..core.tracing import bind
 from ..dtypes import float64
-from ..solvers.common import (NUMPY, TRACED, apply_jvp, apply_vjp, as_float_array, batch_sub,
-                              check_result, failure_info, graph_of, lead, operator_graph)
+from ..solvers.common import (NUMPY, TRACED, Flat, apply_jvp, apply_vjp, as_float_array,
+                              batch_sub, failure_info, graph_of, lead, operator_graph)
 
 __all__ = ["cg", "gmres"]
 
@@ -222,58 +223,64 @@ _linear_solver("gmres", _gmres, symmetric=False)
 # -- the functions users call -------------------------------------------------------------------
 
 def _operator(A, b, what):
-    """The matvec graph and its consts for an operator given as a function or a matrix."""
+    """The matvec graph and its consts for an operator given as a function of a pytree like
+    ``b``, an object with ``@`` (``A @ x``), or a matrix (for a single vector ``b``)."""
+    operands = ()
     if A is None:
-        graph, consts, _ = operator_graph(lambda x: x, b, (), what)
+        fun = lambda x: x  # noqa: E731
     elif callable(A):
-        graph, consts, _ = operator_graph(A, b, (), what)
-    else:
+        fun = A
+    elif hasattr(type(A), "__matmul__") and not isinstance(A, (Array, np.ndarray)):
+        fun = lambda x: A @ x  # noqa: E731
+    else:  # an operand, not a closed-over constant: the graph stays small
         a = as_float_array(A, what)
-        if b.ndim != 1 or tuple(a.shape) != (b.shape[0], b.shape[0]):
+        n = b.array.shape[0] if b.single and b.array.ndim == 1 else None
+        if n is None or tuple(a.shape) != (n, n):
             raise ValueError(f"{what}: a matrix operator must be [n, n] for b of shape [n]; got "
-                             f"{list(a.shape)} and {list(b.shape)}")
-        graph, consts, _ = operator_graph(lambda x, a: ops.matmul(a, x), b, (a,), what)
-    check_result(graph, [(tuple(b.shape), b.dtype)], what)
+                             f"{list(a.shape)} and b {b}")
+        fun, operands = (lambda x, a: ops.matmul(a, x)), (a,)
+    graph, consts, _ = operator_graph(b.function(fun, what), b.array, operands, what)
     return graph, consts
 
 
 def _solve(name, A, b, x0, tol, atol, maxiter, M, **extra):
-    b = as_float_array(b, f"{name}'s b")
-    x0 = ops.multiply(b, 0.0) if x0 is None else as_float_array(x0, f"{name}'s x0")
-    if tuple(x0.shape) != tuple(b.shape) or x0.dtype is not b.dtype:
-        raise ValueError(f"{name}: x0 must have b's shape and dtype {list(b.shape)}, got "
-                         f"{list(x0.shape)} {x0.dtype}")
+    """Solve with ``b`` a ``Flat``: the primitive sees vectors, the user pytrees."""
+    x0 = ops.multiply(b.array, 0.0) if x0 is None else b.flat(
+        x0, f"{name}'s x0, like b,", ValueError)
     matvec, consts = _operator(A, b, f"{name}'s A")
     precond, pconsts = _operator(M, b, f"{name}'s M")
     if maxiter is None:
-        maxiter = 10 * max(int(np.prod(b.shape)), 1)
+        maxiter = 10 * b.array.size
     if int(maxiter) < 0 or float(tol) < 0 or float(atol) < 0:
         raise ValueError(f"{name}: tol, atol and maxiter must be >= 0")
-    return tuple(bind(name, b, x0, *consts, *pconsts, matvec=matvec, precond=precond,
-                      n_mv=len(consts), tol=float(tol), atol=float(atol), maxiter=int(maxiter),
-                      nbatch=0, **extra))
+    x, info = bind(name, b.array, x0, *consts, *pconsts, matvec=matvec, precond=precond,
+                   n_mv=len(consts), tol=float(tol), atol=float(atol), maxiter=int(maxiter),
+                   nbatch=0, **extra)
+    return b.unflat(x), info
 
 
-def cg(A, b, *, x0=None, tol=1e-5, atol=0.0, maxiter=None, M=None):
+def cg(A, b, x0=None, *, tol=1e-5, atol=0.0, maxiter=None, M=None):
     """Solve ``A x = b`` for symmetric positive definite ``A`` by conjugate gradients, as
-    ``jax.scipy.sparse.linalg.cg``: ``A`` (and the preconditioner ``M``) is a matrix or a
-    linear function ``x -> A x`` that may close over arrays and tracers. Stops when
-    ``|b - A x| <= max(tol |b|, atol)`` or after ``maxiter`` (default ``10 n``) iterations.
-    Returns ``(x, info)``: ``info`` is 0 when converged, else the number of iterations done
-    (at least 1). Derivatives (in ``b`` and in what ``A`` closes over) solve one more system
-    with ``A``."""
-    return _solve("cg", A, b, x0, tol, atol, maxiter, M)
+    ``jax.scipy.sparse.linalg.cg``. ``b`` (and the start ``x0``, default zeros) is an array or
+    a pytree of arrays; ``A`` (and the preconditioner ``M``) is a linear function ``x -> A x``
+    of such a pytree (it may close over arrays and tracers), an object with ``@``, or a matrix
+    (for a single vector ``b``). Stops when ``|b - A x| <= max(tol |b|, atol)`` (norms over
+    all leaves) or after ``maxiter`` (default ``10 n``) iterations. Returns ``(x, info)``:
+    ``x`` has ``b``'s structure; ``info`` is 0 when converged, else the number of iterations
+    done (at least 1). Derivatives (in ``b`` and in what ``A`` closes over) solve one more
+    system with ``A``."""
+    return _solve("cg", A, Flat(b, "cg's b"), x0, tol, atol, maxiter, M)
 
 
-def gmres(A, b, *, x0=None, tol=1e-5, atol=0.0, restart=20, maxiter=None, M=None):
+def gmres(A, b, x0=None, *, tol=1e-5, atol=0.0, restart=20, maxiter=None, M=None):
     """Solve ``A x = b`` for a general square ``A`` by restarted GMRES, as
-    ``jax.scipy.sparse.linalg.gmres``: Krylov spaces of ``restart`` vectors, at most ``maxiter``
-    restarts (default ``10 n``), until ``|M (b - A x)| <= max(tol |M b|, atol)``. Returns
-    ``(x, info)``: ``info`` is 0 when converged, else the number of restarts done (at least
-    1). Derivatives solve one system with ``A^T`` (the operator's transpose, from its VJP)."""
-    b = as_float_array(b, "gmres's b")
+    ``jax.scipy.sparse.linalg.gmres``: ``A``, ``b``, ``x0`` and ``M`` as for ``cg``; Krylov
+    spaces of ``restart`` vectors, at most ``maxiter`` restarts (default ``10 n``), until
+    ``|M (b - A x)| <= max(tol |M b|, atol)``. Returns ``(x, info)``: ``info`` is 0 when
+    converged, else the number of restarts done (at least 1). Derivatives solve one system
+    with ``A^T`` (the operator's transpose, from its VJP)."""
+    b = Flat(b, "gmres's b")
     restart = int(restart)
     if restart < 1:
         raise ValueError(f"gmres: restart must be >= 1, got {restart}")
-    size = max(int(np.prod(b.shape)), 1)
-    return _solve("gmres", A, b, x0, tol, atol, maxiter, M, restart=min(restart, size))
+    return _solve("gmres", A, b, x0, tol, atol, maxiter, M, restart=min(restart, b.array.size))

@@ -308,10 +308,17 @@ def _scatter(outs, live, p_leaves, slot_leaves):
 
 def grad_leaves(treedef, grads):
     """The gradient leaves in parameter order; ``None`` marks a leaf without a gradient (the
-    Trainer reads its gradients so too)."""
-    leaves, _ = tree.flatten(grads, is_leaf=_is_none)
-    if len(leaves) != treedef.num_leaves:
-        raise ValueError(f"gradients {tree.structure(grads)} do not match parameters {treedef}")
+    Trainer reads its gradients so too). Gradients are matched to parameters by structure
+    (dict keys, container types), never by leaf count alone."""
+    try:
+        leaves = treedef.flatten_up_to(grads)
+    except ValueError:
+        raise ValueError(f"gradients {tree.structure(grads, is_leaf=_is_none)} do not match "
+                         f"parameters {treedef}") from None
+    for leaf in leaves:
+        if leaf is not None and tree.structure(leaf).node_type is not None:  # a container
+            raise ValueError(f"gradients {tree.structure(grads, is_leaf=_is_none)} do not "
+                             f"match parameters {treedef}")
     return leaves
 
 

@@ -9,6 +9,10 @@ Solvers work lane by lane: a primitive's ``nbatch`` leading axes are independent
 (``vmap`` adds one), so inner products reduce over the trailing axes only, per-lane scalars keep
 those axes as size 1 (``lane_sum``), and a loop runs while any lane is active, freezing the
 lanes that are done.
+
+Each primitive takes one array; a pytree argument (``b``, ``x0``, ``y0``) reaches it raveled
+(``Flat``), with the user's functions wrapped to see pytrees, so the rules serve pytrees
+unchanged.
 """
 
 import numpy as np
@@ -26,8 +30,7 @@ from ..transforms.vjp import vjp_graph
 from ..transforms.batching import batch_graph
 
 __all__ = ["ConvergenceError", "NUMPY", "TRACED", "operator_graph", "graph_of", "apply_jvp",
-           "apply_vjp", "batch_sub", "lead", "as_float_array", "check_result", "nan_unless",
-           "failure_info"]
+           "apply_vjp", "batch_sub", "lead", "as_float_array", "Flat", "nan_unless", "failure_info"]
 
 
 class ConvergenceError(QuablaError, RuntimeError):
@@ -54,6 +57,57 @@ def as_float_array(x, what):
     return x
 
 
+def _describe(treedef, avals):
+    if treedef.node_type is None:
+        return f"one array of {aval_texts(avals)}"
+    return f"a pytree {str(treedef)[len('TreeDef('):-1]} of arrays {aval_texts(avals)}"
+
+
+class Flat:
+    """A solver's pytree argument (``b``, ``x0``, ``y0``) as the one float array its primitive
+    takes, and the user's functions of such pytrees as functions of that array.
+
+    A single array is taken as it is (its shape is the problem's: lanes, Jacobians and ``ys``
+    keep it); any other pytree is raveled by ``tree.ravel`` into a vector of its leaves' widest
+    dtype, and unraveled back into each leaf's shape and dtype. The wrapping is made of
+    differentiable ops, so the primitive's own derivative and batching rules serve pytrees."""
+
+    def __init__(self, value, what):
+        leaves, self.treedef = tree.flatten(value)
+        leaves = [as_float_array(x, what) for x in leaves]
+        if not leaves:
+            raise ValueError(f"{what} must hold at least one array, got {self.treedef}")
+        self.avals = [(tuple(x.shape), x.dtype) for x in leaves]
+        self.single = self.treedef.node_type is None
+        if self.single:
+            self.array, self._unravel = leaves[0], None
+        else:
+            self.array, self._unravel = tree.ravel(self.treedef.unflatten(leaves))
+
+    def __str__(self):
+        return _describe(self.treedef, self.avals)
+
+    def unflat(self, array):
+        """The pytree of ``array`` (this array's shape, or with leading axes: each leaf gets
+        them too)."""
+        return array if self.single else self._unravel(array)
+
+    def flat(self, value, what, error=TypeError, verb="must be"):
+        """``value``, a pytree of this structure, shapes and dtypes, as one array like
+        ``self.array``; ``error`` naming both structures otherwise."""
+        leaves, treedef = tree.flatten(value)
+        leaves = [x if isinstance(x, Array) else asarray(x) for x in leaves]
+        avals = [(tuple(x.shape), x.dtype) for x in leaves]
+        if treedef != self.treedef or avals != self.avals:
+            raise error(f"{what} {verb} {self}, got {_describe(treedef, avals)}")
+        return leaves[0] if self.single else tree.ravel(leaves)[0]
+
+    def function(self, fun, what):
+        """``fun(pytree, *rest) -> pytree`` (both of this structure) as ``(array, *rest) ->
+        array``: what ``operator_graph`` traces."""
+        return lambda x, *rest: self.flat(fun(self.unflat(x), *rest), what, verb="must return")
+
+
 def operator_graph(fun, template, operands, what):
     """Trace ``fun(x, *operands)`` for ``x`` like ``template``: returns ``(graph, consts)``,
     the graph taking ``(x, *consts)`` (the operand leaves, then the closed-over tracers), and
@@ -64,13 +118,6 @@ def operator_graph(fun, template, operands, what):
     body = trace_body(lambda x, *flat: fun(x, *op_tree.unflatten(list(flat))),
                       (template, *leaves), what)
     return body.graph, leaves + list(body.captures), body.out_tree
-
-
-def check_result(graph, expected, what):
-    """A ``TypeError`` unless the graph's one output has the avals ``expected``."""
-    if graph.out_avals != expected:
-        raise TypeError(f"{what} must return one array of {aval_texts(expected)}, got "
-                        f"{aval_texts(graph.out_avals)}")
 
 
 def graph_of(fn, graph=None, avals=()):
@@ -121,6 +168,7 @@ class _Numpy:
     sqrt = staticmethod(np.sqrt)
     abs = staticmethod(np.abs)
     logical_and = staticmethod(np.logical_and)
+    equal = staticmethod(np.equal)
 
     @staticmethod
     def lane_sum(x, nbatch):
@@ -204,6 +252,7 @@ class _Traced:
     sqrt = staticmethod(ops.sqrt)
     abs = staticmethod(ops.abs)
     logical_and = staticmethod(ops.logical_and)
+    equal = staticmethod(ops.equal)  # arrays' ``==`` is identity, as for any Python object
     reshape = staticmethod(ops.reshape)
 
     @staticmethod

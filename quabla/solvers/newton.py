@@ -15,9 +15,8 @@ from ..core.primitives import Primitive, Zero, is_zero, register
 from ..core.tracing import bind
 from ..dtypes import float32, float64
 from ..transforms.jvp import jvp_graph
-from .common import (NUMPY, TRACED, ConvergenceError, apply_jvp, apply_vjp, as_float_array,
-                     batch_sub, check_result, failure_info, graph_of, lead, nan_unless,
-                     operator_graph)
+from .common import (NUMPY, TRACED, ConvergenceError, Flat, apply_jvp, apply_vjp, batch_sub,
+                     failure_info, graph_of, lead, nan_unless, operator_graph)
 
 __all__ = ["newton"]
 
@@ -137,10 +136,11 @@ DEFAULT_TOL = {float64: 1e-10, float32: 1e-5}
 
 
 def newton(f, x0, *args, tol=None, maxiter=50, return_info=False):
-    """A root of ``f(x, *args) = 0`` (``x`` a scalar or an array, ``f(x)`` of its shape) by
-    Newton's method from ``x0``, with the dense Jacobian. Converged when ``max|f(x)| <= tol``
-    or a step is at most ``tol (1 + max|x|)``; ``tol`` defaults to 1e-10 for a float64 ``x0``
-    and 1e-5 for a float32 one.
+    """A root of ``f(x, *args) = 0`` by Newton's method from ``x0``, with the dense Jacobian:
+    ``x`` is an array or a pytree of arrays, and ``f(x)`` has its structure, shapes and dtypes
+    (a pytree is solved as one vector of all its leaves). Converged when ``max|f(x)| <= tol``
+    or a step is at most ``tol (1 + max|x|)``; ``tol`` defaults to 1e-10 for float64 and 1e-5
+    when a leaf of ``x0`` is float32.
 
     Not converging within ``maxiter`` steps (or a singular Jacobian) is never silent: called
     eagerly it raises ``ConvergenceError`` with the steps taken and the residual; inside a
@@ -149,16 +149,17 @@ def newton(f, x0, *args, tol=None, maxiter=50, return_info=False):
     steps taken, at least 1), for a caller that checks it itself. Derivatives with respect to
     ``args`` and closed-over arrays come from the implicit function theorem (one solve with the
     Jacobian at the root); ``x0`` has none."""
-    x0 = as_float_array(x0, "newton's x0")
-    tol = DEFAULT_TOL[x0.dtype] if tol is None else tol
+    start = Flat(x0, "newton's x0")
+    if tol is None:  # the loosest of the leaves': a float32 leaf rounds f(x) at float32's
+        tol = max(DEFAULT_TOL[dtype] for _, dtype in start.avals)
     if int(maxiter) < 1 or float(tol) < 0:
         raise ValueError(f"newton: maxiter must be >= 1 and tol >= 0, got {maxiter}, {tol}")
-    graph, consts, _ = operator_graph(f, x0, args, "newton's f")
-    check_result(graph, [(tuple(x0.shape), x0.dtype)], "newton's f")
-    x, info, residual = bind("newton", x0, *consts, f=graph, tol=float(tol),
+    graph, consts, _ = operator_graph(start.function(f, "newton's f"), start.array, args,
+                                      "newton's f")
+    x, info, residual = bind("newton", start.array, *consts, f=graph, tol=float(tol),
                              maxiter=int(maxiter), nbatch=0)
     if return_info:
-        return x, info
+        return start.unflat(x), info
     if isinstance(info, Tensor):
         if float(np.asarray(info)) != 0:
             r = float(np.asarray(residual))
@@ -166,5 +167,5 @@ def newton(f, x0, *args, tol=None, maxiter=50, return_info=False):
                    "f(x) is NaN (a singular Jacobian or f undefined there)")
             raise ConvergenceError(f"newton did not converge: after {int(np.asarray(info))} "
                                    f"steps (maxiter={maxiter}) {why}")
-        return x
-    return nan_unless(ops.equal(info, 0.0), x)
+        return start.unflat(x)
+    return start.unflat(nan_unless(ops.equal(info, 0.0), x))

@@ -22,8 +22,8 @@ from ..core.primitives import Primitive, Zero, is_zero, register
 from ..core.tracing import bind
 from ..dtypes import float64
 from ..errors import UnsupportedOperationError
-from .common import (NUMPY, TRACED, ConvergenceError, apply_jvp, apply_vjp, as_float_array,
-                     batch_sub, check_result, failure_info, graph_of, lead, nan_unless,
+from .common import (NUMPY, TRACED, ConvergenceError, Flat, apply_jvp, apply_vjp,
+                     as_float_array, batch_sub, failure_info, graph_of, lead, nan_unless,
                      operator_graph)
 
 __all__ = ["odeint"]
@@ -46,7 +46,7 @@ def _combine(coefs, ks):
     return total
 
 
-def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, nbatch):
+def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, hmax, nbatch):
     batch = tuple(y0.shape[:nbatch])
     lanes = batch + (1,) * (len(y0.shape) - nbatch)
     size = max(int(np.prod(y0.shape[nbatch:], dtype=np.int64)), 1)
@@ -57,6 +57,9 @@ def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, nbatch):
 
     def rms(v):
         return xp.sqrt(xp.lane_sum(v * v, nbatch) / size)
+
+    def capped(h):  # JAX's hmax: every step, the first too, at most hmax
+        return h if hmax == float("inf") else xp.minimum(h, hmax)
 
     def time(k):
         return xp.reshape(xp.row(t, k), lanes)
@@ -76,13 +79,14 @@ def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, nbatch):
         flat = xp.logical_and(d1 <= 1e-15, d2 <= 1e-15)
         h1 = xp.where(flat, xp.maximum(h0 * 1e-3, 1e-6),
                       (0.01 / xp.where(flat, 1.0, xp.maximum(d1, d2))) ** 0.2)
-        return xp.minimum(100.0 * h0, h1)
+        return capped(xp.minimum(100.0 * h0, h1))
 
     def next_step(h, ratio):
         shrink = xp.where(ratio < 1.0, 1.0, 0.2)
-        safe = xp.where(ratio == 0, 1.0, ratio)  # a NaN ratio gives a NaN step: the lane stops
+        zero = xp.equal(ratio, 0.0)
+        safe = xp.where(zero, 1.0, ratio)  # a NaN ratio gives a NaN step: the lane stops
         factor = xp.minimum(10.0, xp.maximum(0.9 * safe ** -0.2, shrink))
-        return xp.where(ratio == 0, h * 10.0, h * factor)
+        return capped(xp.where(zero, h * 10.0, h * factor))
 
     def interval(k, state):
         y, f, s, h, ys, total, failed = state
@@ -107,7 +111,10 @@ def _integrate(xp, y0, t, consts, *, func, rtol, atol, mxstep, nbatch):
             return tuple(xp.where(on, a, b) for a, b in zip(new, st))
 
         y, f, s, h, _, total = xp.while_loop(active, step, (y, f, s, h, 0.0 * total, total))
-        failed = xp.where(s < target, 1.0, failed)
+        # a lane that did not land on the target failed: a step limit or a collapsed step
+        # (short of it), or a target behind it or NaN (times not increasing, seen only here
+        # when they are traced)
+        failed = xp.where(xp.equal(s, target), failed, 1.0)
         return y, f, s, h, xp.set_row(ys, k, y), total, failed
 
     s0 = time(0)
@@ -280,46 +287,45 @@ register(Primitive(
     jvp=_jvp, vjp=_vjp, batch=_batch, multiple_results=True, foldable=False))
 
 
-def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"), return_info=False):
+def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"),
+           hmax=float("inf"), return_info=False):
     """Integrate ``dy/dt = func(y, t, *args)`` from ``y0`` at ``t[0]``; returns ``y`` at each
-    time of the increasing 1-d ``t`` (``[len(t), *y0.shape]``, row 0 is ``y0``), as
-    ``jax.experimental.ode.odeint``. Adaptive Dormand–Prince 5(4) with tolerances ``rtol`` and
-    ``atol``; at most ``mxstep`` steps per output interval.
+    time of the increasing 1-d ``t``, as ``jax.experimental.ode.odeint``: ``y0`` is an array or
+    a pytree of arrays (``func`` returns one of its structure, shapes and dtypes), and the
+    result has ``y0``'s structure with a leading time axis on each leaf (row 0 is ``y0``).
+    Adaptive Dormand–Prince 5(4) with tolerances ``rtol`` and ``atol`` (over all leaves), at
+    most ``mxstep`` steps per output interval, each step at most ``hmax`` long.
 
-    When a step limit is hit (or the step size collapses to NaN) before the last time:
-    called eagerly it raises ``ConvergenceError`` naming the time reached; inside a transform
-    the result is NaN, and so are its derivatives; ``return_info=True`` returns ``(ys, info)``
-    (``info`` 0 when the end was reached, else the steps taken, at least 1). Gradients with
-    respect to ``y0``, ``t``, ``args`` and what ``func`` closes over come from the adjoint
-    method (one backward integration)."""
-    y0 = as_float_array(y0, "odeint's y0")
+    When a step limit is hit (or the step size collapses to NaN) before the last time, or
+    traced times decrease: called eagerly it raises ``ConvergenceError`` naming the time
+    reached (``ValueError`` for decreasing times); inside a transform the result is NaN, and
+    so are its derivatives; ``return_info=True`` returns ``(ys, info)`` (``info`` 0 when the
+    end was reached, else the steps taken, at least 1). Gradients with respect to ``y0``,
+    ``t``, ``args`` and what ``func`` closes over come from the adjoint method (one backward
+    integration)."""
+    start = Flat(y0, "odeint's y0")
+    y0 = start.array
     t = ops.astype(as_float_array(t, "odeint's t"), y0.dtype)
     if t.ndim != 1 or t.shape[0] < 1:
         raise ValueError(f"odeint: t must be a non-empty 1-d array, got shape {list(t.shape)}")
     if isinstance(t, Tensor) and np.any(np.diff(np.asarray(t)) < 0):
         raise ValueError("odeint: the times t must be increasing")
-    mxstep = float(mxstep)
-    if not mxstep >= 1 or float(rtol) < 0 or float(atol) < 0:
-        raise ValueError(f"odeint: mxstep must be >= 1 and rtol, atol >= 0, got {mxstep}, "
-                         f"{rtol}, {atol}")
-    graph, consts, _ = _func_graph(func, y0, t, args)
-    ys, info, reached = bind("odeint", y0, t, *consts, func=graph, rtol=float(rtol),
-                             atol=float(atol), mxstep=mxstep, nbatch=0)
+    mxstep, hmax = float(mxstep), float(hmax)
+    if not mxstep >= 1 or not hmax > 0 or float(rtol) < 0 or float(atol) < 0:
+        raise ValueError(f"odeint: mxstep must be >= 1, hmax > 0 and rtol, atol >= 0, got "
+                         f"{mxstep}, {hmax}, {rtol}, {atol}")
+    s = Tensor._wrap(np.zeros((), y0.dtype.numpy), False)  # stands for the time: input 1
+    graph, consts, _ = operator_graph(start.function(func, "odeint's func"), y0,
+                                      (s,) + tuple(args), "odeint's func")
+    ys, info, reached = bind("odeint", y0, t, *consts[1:], func=graph, rtol=float(rtol),
+                             atol=float(atol), mxstep=mxstep, hmax=hmax, nbatch=0)
     if return_info:
-        return ys, info
+        return start.unflat(ys), info
     if isinstance(info, Tensor):
         if float(np.asarray(info)) != 0:
             raise ConvergenceError(
                 f"odeint did not reach t={float(np.asarray(t)[-1])}: it stopped at t="
                 f"{float(np.asarray(reached))} after {int(np.asarray(info))} steps (mxstep="
                 f"{mxstep:g} per output interval, or the step size became NaN)")
-        return ys
-    return nan_unless(ops.equal(info, 0.0), ys)
-
-
-def _func_graph(func, y0, t, args):
-    """``func`` traced as ``(y, t, *consts) -> dy/dt`` (``t`` a scalar of ``y0``'s dtype)."""
-    s = Tensor._wrap(np.zeros((), y0.dtype.numpy), False)  # stands for the time: input 1
-    graph, consts, tree_out = operator_graph(func, y0, (s,) + tuple(args), "odeint's func")
-    check_result(graph, [(tuple(y0.shape), y0.dtype)], "odeint's func")
-    return graph, consts[1:], tree_out
+        return start.unflat(ys)
+    return start.unflat(nan_unless(ops.equal(info, 0.0), ys))

@@ -54,9 +54,13 @@ def vjp_graph(graph, wrt, seeds):
             if not prim.differentiable:
                 continue
             args = [env[o] for o in node.operands]
+            params = dict(node.params)
             if prim.multiple_results:
                 ct = [ct.get(k, Zero(o.shape, o.dtype)) for k, o in enumerate(env[nid])]
-            operand_cts = prim.vjp(ct, args, env[nid], **dict(node.params))
+            if prim.vjp_wanted:
+                params["wanted"] = [o in active and graph.nodes[o].dtype.is_floating
+                                    for o in node.operands]
+            operand_cts = prim.vjp(ct, args, env[nid], **params)
             for o, oct in zip(node.operands, operand_cts):
                 if not is_zero(oct) and o in active and graph.nodes[o].dtype.is_floating:
                     _accumulate(cts, o, oct, graph.nodes[o].dtype)
@@ -78,9 +82,10 @@ def _accumulate(cts, nid, value, dtype):
 
 
 def _depends_on(graph, sources):
-    """The nodes whose value depends on any of ``sources``."""
+    """The nodes whose value depends differentiably on any of ``sources``: a primitive
+    without a derivative (a comparison, ``stop_gradient``) passes no cotangent back."""
     active = set(sources)
     for nid, node in enumerate(graph.nodes):
-        if any(o in active for o in node.operands):
+        if any(o in active for o in node.operands) and PRIMITIVES[node.op].differentiable:
             active.add(nid)
     return active

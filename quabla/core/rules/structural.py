@@ -320,11 +320,12 @@ register(Primitive(
 # -- dynamic_index / dynamic_update_add: x[i] with a traced scalar index i --------------------
 # The index is a floating scalar holding an integer, per leading batch: ``i`` of shape (*b,)
 # picks row ``i[b]`` of axis len(b) of ``x`` (*b, n, *rest). As in JAX, a negative index counts
-# from the end and an out-of-range one is clamped into [0, n - 1].
+# from the end and an out-of-range one is clamped into [0, n - 1]. A traced index that is not a
+# whole number is rounded down (NaN reads row 0); an eager one is a TypeError (ops.getitem).
 
 def clamp_index(i, n):
-    """The row an index value selects (NumPy, any shape): truncate, wrap negatives, clamp."""
-    k = np.trunc(np.nan_to_num(np.asarray(i, dtype=np.float64), nan=0.0, posinf=n, neginf=-n))
+    """The row an index value selects (NumPy, any shape): round down, wrap negatives, clamp."""
+    k = np.floor(np.nan_to_num(np.asarray(i, dtype=np.float64), nan=0.0, posinf=n, neginf=-n))
     k = np.where(k < 0, k + n, k)
     return np.clip(k, 0, n - 1).astype(np.int64)
 
