@@ -26,7 +26,7 @@ from .ops import (
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap
 from .jacobians import jacobian, jacfwd, jacrev, hessian
 from .devices import devices
-from . import tree, random, optim
+from . import tree, random, optim, flatten_util
 from . import linalg
 from .control import cond, fori_loop, scan, while_loop
 from .solvers import newton, odeint
@@ -60,6 +60,6 @@ __all__ = [
     "hessian",
     "devices",
     "cond", "fori_loop", "scan", "while_loop", "newton", "odeint",
-    "tree", "random", "optim", "linalg", "save", "load",
+    "tree", "random", "optim", "linalg", "flatten_util", "save", "load",
     "ShapeDtype", "Compiler", "Program", "Executable",
 ]

@@ -10,7 +10,7 @@ from operator import itemgetter
 
 __all__ = [
     "TreeDef", "flatten", "unflatten", "leaves", "structure", "map", "flatten_with_path",
-    "register", "register_dataclass", "broadcast_prefix", "ravel",
+    "register", "register_dataclass", "broadcast_prefix",
 ]
 
 
@@ -508,48 +508,6 @@ def map(f, tree, *rest, is_leaf=None):
             raise ValueError(f"tree.map: trees differ in structure: {treedef} vs {other_def}")
         columns.append(other_leaves)
     return treedef.unflatten([f(*xs) for xs in zip(*columns)])
-
-
-def ravel(tree):
-    """``(flat, unravel)``, as ``jax.flatten_util.ravel_pytree``: ``flat`` is the leaves of
-    ``tree`` (arrays, tracers or numbers) raveled and concatenated into one 1-d array of their
-    widest dtype (float64 over float32 over bool), and ``unravel(flat)`` rebuilds a tree of
-    this structure, each leaf cast back to its dtype and shape. ``unravel`` also takes leading
-    axes (``[..., n]``: each leaf gets them in front), for stacked vectors such as the rows of a
-    solution at several times.
-
-    This is how code written for one vector (the solvers) takes pytrees: ravel, work on the
-    vector, unravel; it is made of differentiable ops, so derivatives and ``vmap`` go through.
-    """
-    from . import ops
-    from .array import Array, asarray
-    from .dtypes import bool_, float32, float64
-
-    leaves, treedef = flatten(tree)
-    if not leaves:  # Quabla has no zero-size arrays to return
-        raise ValueError(f"ravel: {treedef} has no leaves")
-    leaves = [x if isinstance(x, Array) else asarray(x) for x in leaves]
-    shapes = [tuple(x.shape) for x in leaves]
-    dtypes = [x.dtype for x in leaves]
-    dtype = next(d for d in (float64, float32, bool_) if d in dtypes)
-    sizes = [x.size for x in leaves]
-    total = sum(sizes)
-    flat = ops.concat([ops.reshape(ops.astype(x, dtype), (n,)) for x, n in zip(leaves, sizes)])
-
-    def unravel(flat):
-        flat = flat if isinstance(flat, Array) else asarray(flat)
-        if flat.ndim < 1 or flat.shape[-1] != total:
-            raise ValueError(f"unravel of {treedef} needs a last axis of {total}, got shape "
-                             f"{list(flat.shape)}")
-        lead = tuple(flat.shape[:-1])
-        out, at = [], 0
-        for shape, leaf_dtype, n in zip(shapes, dtypes, sizes):
-            part = flat[(slice(None),) * len(lead) + (slice(at, at + n),)]
-            out.append(ops.astype(ops.reshape(part, lead + shape), leaf_dtype))
-            at += n
-        return treedef.unflatten(out)
-
-    return flat, unravel
 
 
 def broadcast_prefix(prefix_tree, full_tree, is_leaf=None):

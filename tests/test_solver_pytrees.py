@@ -87,12 +87,12 @@ def jax():
     return jax
 
 
-# -- tree.ravel -----------------------------------------------------------------------------------
+# -- flatten_util.ravel_pytree -----------------------------------------------------------------------------------
 
 def test_ravel_round_trip_with_mixed_shapes_dtypes_and_leading_axes():
     tree = {"a": qb.ones((2, 3), dtype=qb.float32), "b": [np.arange(2.0), 3.0],
             "c": Pair(qb.array(5.0), qb.full((1,), 2.0, dtype=qb.float32))}
-    flat, unravel = qb.tree.ravel(tree)
+    flat, unravel = qb.flatten_util.ravel_pytree(tree)
     assert flat.dtype is qb.float64 and flat.shape == (11,)  # the widest dtype
     np.testing.assert_array_equal(np.asarray(flat), [1] * 6 + [0, 1, 3, 5, 2])  # flatten order
     back = unravel(flat * 2.0)
@@ -102,13 +102,13 @@ def test_ravel_round_trip_with_mixed_shapes_dtypes_and_leading_axes():
     stacked = unravel(qb.stack([flat, 3.0 * flat]))  # leading axes go in front of each leaf
     assert stacked["a"].shape == (2, 2, 3) and stacked["b"][1].shape == (2,)
     np.testing.assert_array_equal(np.asarray(stacked["b"][1]), [3.0, 9.0])
-    assert qb.tree.ravel([qb.ones(2, dtype=qb.float32)])[0].dtype is qb.float32
+    assert qb.flatten_util.ravel_pytree([qb.ones(2, dtype=qb.float32)])[0].dtype is qb.float32
     with pytest.raises(ValueError, match="no leaves"):
-        qb.tree.ravel({})
+        qb.flatten_util.ravel_pytree({})
     with pytest.raises(ValueError, match="last axis of 11"):
         unravel(qb.ones(9))
     # differentiable, and the same under jit
-    grad = qb.grad(lambda t: qb.sum(qb.tree.ravel(t)[0] ** 2))(tree)
+    grad = qb.grad(lambda t: qb.sum(qb.flatten_util.ravel_pytree(t)[0] ** 2))(tree)
     np.testing.assert_array_equal(np.asarray(grad["b"][0]), [0.0, 2.0])
     assert grad["a"].dtype is qb.float32
     jitted = qb.jit(lambda f: unravel(f))(flat)
@@ -119,7 +119,7 @@ def test_ravel_matches_jax(jax):
     from jax.flatten_util import ravel_pytree
 
     tree = {"b": [np.arange(2.0), np.ones((2, 2))], "a": np.array(3.0)}
-    np.testing.assert_array_equal(np.asarray(qb.tree.ravel(tree)[0]),
+    np.testing.assert_array_equal(np.asarray(qb.flatten_util.ravel_pytree(tree)[0]),
                                   np.asarray(ravel_pytree(tree)[0]))
 
 
@@ -169,7 +169,7 @@ def test_krylov_pytree_gradients_against_the_single_array_form(name):
 
     def loss(b, s):  # b a pytree; s a parameter of the operator
         x, _ = solve(_operator(matrix, s), b, tol=1e-12)
-        return qb.sum(qb.tree.ravel(x)[0] ** 2 * WEIGHTS)
+        return qb.sum(qb.flatten_util.ravel_pytree(x)[0] ** 2 * WEIGHTS)
 
     def ref(b, s):
         x = np.linalg.solve(matrix + s * np.eye(N), b)

@@ -23,6 +23,7 @@ from ..core.primitives import Zero, is_zero
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, trace_frame
 from ..errors import QuablaError
+from ..flatten_util import ravel_pytree
 from ..control.regions import aval_texts, trace_body
 from ..transforms.inline import inline
 from ..transforms.jvp import jvp_graph, materialize
@@ -68,8 +69,8 @@ class Flat:
     takes, and the user's functions of such pytrees as functions of that array.
 
     A single array is taken as it is (its shape is the problem's: lanes, Jacobians and ``ys``
-    keep it); any other pytree is raveled by ``tree.ravel`` into a vector of its leaves' widest
-    dtype, and unraveled back into each leaf's shape and dtype. The wrapping is made of
+    keep it); any other pytree is raveled by ``ravel_pytree`` into a vector of its leaves'
+    widest dtype, and unraveled back into each leaf's shape and dtype. The wrapping is made of
     differentiable ops, so the primitive's own derivative and batching rules serve pytrees."""
 
     def __init__(self, value, what):
@@ -82,7 +83,7 @@ class Flat:
         if self.single:
             self.array, self._unravel = leaves[0], None
         else:
-            self.array, self._unravel = tree.ravel(self.treedef.unflatten(leaves))
+            self.array, self._unravel = ravel_pytree(self.treedef.unflatten(leaves))
 
     def __str__(self):
         return _describe(self.treedef, self.avals)
@@ -100,7 +101,7 @@ class Flat:
         avals = [(tuple(x.shape), x.dtype) for x in leaves]
         if treedef != self.treedef or avals != self.avals:
             raise error(f"{what} {verb} {self}, got {_describe(treedef, avals)}")
-        return leaves[0] if self.single else tree.ravel(leaves)[0]
+        return leaves[0] if self.single else ravel_pytree(leaves)[0]
 
     def function(self, fun, what):
         """``fun(pytree, *rest) -> pytree`` (both of this structure) as ``(array, *rest) ->
