@@ -36,6 +36,7 @@ before it runs), as in JAX, unless no cotangent needs to cross it (``while_vjp``
 import math
 
 from .. import ops
+from ..core.dependence import loop_closure, output_dependence
 from ..core.primitives import Zero, is_zero
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
@@ -164,7 +165,7 @@ def cond_jvp(primals, tangents, outs, *, true_fun, false_fun):
     return _spread(res, out_f, outs)
 
 
-def cond_vjp(cts, primals, outs, *, true_fun, false_fun):
+def cond_vjp(cts, primals, outs, *, true_fun, false_fun, wanted):
     """A forward cond returning the branch's results and its residuals (zeros for the other
     branch's), which the rewriter merges with the primal cond, then a cond of what needs the
     cotangents, reading the residuals: the branch runs forward once."""
@@ -172,7 +173,7 @@ def cond_vjp(cts, primals, outs, *, true_fun, false_fun):
     n_in, n_out = len(operands), len(outs)
     flags = _flags(cts)
     seeds = ["input" if f else None for f in flags]
-    wrt = [k for k, x in enumerate(operands) if x.dtype.is_floating]
+    wrt = [k for k, x in enumerate(operands) if x.dtype.is_floating and wanted[1 + k]]
     graphs = [vjp_graph(g, wrt, seeds) for g in (true_fun, false_fun)]
     grad_f = [any(f) for f in zip(*(_nonzero(g, n_in, range(n_out, n_out + len(wrt)))
                                     for g in graphs))]
@@ -249,21 +250,23 @@ def _stored_bytes(carry, length):
     return length * sum(math.prod(c.shape) * c.dtype.numpy.itemsize for c in carry)
 
 
-def scan_vjp(cts, primals, outs, *, body, length, lower, reverse, n_carry):
-    params = dict(body=body, length=length, lower=lower, reverse=reverse, n_carry=n_carry)
+def scan_vjp(cts, primals, outs, *, body, length, lower, reverse, n_carry, wanted):
+    params = dict(body=body, length=length, lower=lower, reverse=reverse, n_carry=n_carry,
+                  wanted=wanted)
     if length >= 4 and _stored_bytes(primals[:n_carry], length) > CHECKPOINT_BYTES:
         return _checkpointed_vjp(cts, primals, **params)
     return _stored_vjp(cts, primals, **params)
 
 
-def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry):
+def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry, wanted):
     """Store every step's carry in a forward scan, then run the body's VJP backwards."""
     n = n_carry
     init, consts = list(primals[:n]), list(primals[n:])
     m = len(consts)
     stash = _bind_scan(_stash(body, n), init, consts, length=length, lower=lower,
                        reverse=reverse)[n:]
-    graph, carry_f, const_f, grad_at = _loop_vjp(body, n, _flags(cts[:n]), _flags(cts[n:]))
+    graph, carry_f, const_f, grad_at = _loop_vjp(body, n, _flags(cts[:n]), _flags(cts[n:]),
+                                                 _needed(body, n, wanted))
     a, b = sum(carry_f), sum(const_f)
     if not a + b:
         return [None] * len(primals)
@@ -290,21 +293,36 @@ def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry):
     return _spread(res[:a], carry_f, init) + _spread(res[a:], const_f, consts)
 
 
-def _loop_vjp(body, n, carry_f, ys_f, lead=1):
-    """The VJP of a loop body ``(*lead, *carry, *consts) -> (*carry, *ys)`` (a scan's
-    ``lead`` is its index) seeded at the flagged carries and ys, at the fixpoint of which
-    carries have nonzero cotangents. Returns ``(graph, carry flags, const flags, grad_at)``:
-    the graph's inputs are the primals, then the seeds; ``grad_at`` maps a body input to the
+def _needed(body, n, wanted):
+    """The body inputs of a scan (``(i, *carry, *consts)``) whose cotangents its VJP
+    computes: the wanted operands, and the carries whose cotangent reaches one of them through
+    the body (a needless one could cross an inner ``while_loop`` that JAX differentiates)."""
+    step = output_dependence(body)
+    need = {1 + k for k, w in enumerate(wanted) if w}
+    while True:
+        grown = need | {1 + k for k in range(n) if step[k] & need}
+        if grown == need:
+            return need
+        need = grown
+
+
+def _loop_vjp(body, n, carry_f, ys_f, needed):
+    """The VJP of a scan body ``(i, *carry, *consts) -> (*carry, *ys)`` with respect to the
+    ``needed`` inputs, seeded at the flagged carries and ys, at the fixpoint of which carries
+    have nonzero cotangents. Returns ``(graph, carry flags, const flags, grad_at)``: the
+    graph's inputs are the primals, then the seeds; ``grad_at`` maps a body input to the
     graph output of its gradient."""
     n_in, n_out = len(body.inputs), len(body.outputs)
-    wrt = [k for k in range(lead, n_in) if body.nodes[body.inputs[k]].dtype.is_floating]
+    wrt = [k for k in range(1, n_in)
+           if body.nodes[body.inputs[k]].dtype.is_floating and k in needed]
+    carry_f = [f and 1 + k in wrt for k, f in enumerate(carry_f)]
     grad_at = {k: n_out + j for j, k in enumerate(wrt)}
     while True:
         graph = vjp_graph(body, wrt, ["input" if f else None for f in carry_f + ys_f])
         nonzero = dict(zip(wrt, _nonzero(graph, n_in, [grad_at[k] for k in wrt])))
-        settled = [c or nonzero.get(lead + k, False) for k, c in enumerate(carry_f)]
+        settled = [c or nonzero.get(1 + k, False) for k, c in enumerate(carry_f)]
         if settled == carry_f:
-            const_f = [nonzero.get(k, False) for k in range(lead + n, n_in)]
+            const_f = [nonzero.get(k, False) for k in range(1 + n, n_in)]
             return graph, carry_f, const_f, grad_at
         carry_f = settled
 
@@ -315,7 +333,7 @@ def _stash(body, n):
                    lambda args: inline(body, args)[:n] + args[1:1 + n])
 
 
-def _checkpointed_vjp(cts, primals, *, body, length, lower, reverse, n_carry):
+def _checkpointed_vjp(cts, primals, *, body, length, lower, reverse, n_carry, wanted):
     """Differentiate the same loop split into segments (see the module docstring)."""
     n = n_carry
     seg = math.isqrt(length - 1) + 1  # ceil(sqrt(length))
@@ -344,7 +362,7 @@ def _checkpointed_vjp(cts, primals, *, body, length, lower, reverse, n_carry):
 
     graph = _traced(_named(primals, "in"), split)
     flags = _flags(cts)
-    wrt = [k for k, x in enumerate(primals) if x.dtype.is_floating]
+    wrt = [k for k, x in enumerate(primals) if x.dtype.is_floating and wanted[k]]
     vjp = vjp_graph(graph, wrt, ["input" if f else None for f in flags])
     grads = dict(zip(wrt, inline(vjp, list(primals) + _pick(cts, flags))[len(cts):]))
     return [grads.get(k) for k in range(len(primals))]
@@ -372,12 +390,13 @@ def while_jvp(primals, tangents, outs, *, cond_fun, body, n_carry):
 
 
 def while_vjp(cts, primals, outs, *, cond_fun, body, n_carry, wanted):
-    """No cotangent for any operand when none that is ``wanted`` depends on a result with a
-    cotangent (through the body, to a fixpoint; a result depends on its own start when the
-    loop runs no step): the loop then only computes values the gradient reads, as in JAX.
+    """No cotangent for any operand when no result with a cotangent depends differentiably on
+    a ``wanted`` operand (``loop_closure``: through the body to a fixpoint, and on its own
+    start, as the loop may run no step): the loop then only computes values the gradient
+    reads, as in JAX.
     A cotangent that must cross the loop raises."""
-    _, carry_f, const_f, _ = _loop_vjp(body, n_carry, _flags(cts), [], lead=0)
-    if not any(f and w for f, w in zip(carry_f + const_f, wanted)):
+    depends = loop_closure(output_dependence(body), 0, n_carry)
+    if not any(any(wanted[k] for k in d) for d, f in zip(depends, _flags(cts)) if f):
         return [None] * len(primals)
     raise UnsupportedOperationError(
         "reverse-mode differentiation of while_loop is not supported where a cotangent must "

@@ -19,6 +19,7 @@ rules in ``batching.py``, the rewriter's pruning and merging rules in ``rewritin
 import numpy as np
 
 from .. import dtypes as _dt
+from ..core.dependence import loop_closure, output_dependence
 from ..core.primitives import Primitive, register
 from . import autodiff, batching, rewriting  # noqa: F401  (rewriting: the rewriter's rules)
 
@@ -64,9 +65,17 @@ def _cond_impl(pred, *operands, true_fun, false_fun):
     return _evaluate(true_fun if bool(pred) else false_fun, operands)
 
 
+def _cond_dependence(*, true_fun, false_fun):
+    """A result depends on the operands either branch reads for it (the predicate has no
+    derivative)."""
+    return [[1 + k for k in sorted(t | f)] for t, f in
+            zip(output_dependence(true_fun), output_dependence(false_fun))]
+
+
 register(Primitive(
     "cond", shape_rule=_cond_shape, impl=_cond_impl, jvp=autodiff.cond_jvp,
     vjp=autodiff.cond_vjp, batch=batching.cond_batch, multiple_results=True, foldable=False,
+    dependence=_cond_dependence, vjp_wanted=True,
 ))
 
 
@@ -91,9 +100,14 @@ def _scan_impl(*operands, body, length, lower, reverse, n_carry):
     return carry + ys
 
 
+def _scan_dependence(*, body, length, lower, reverse, n_carry):
+    return [sorted(d) for d in loop_closure(output_dependence(body), 1, n_carry)]
+
+
 register(Primitive(
     "scan", shape_rule=_scan_shape, impl=_scan_impl, jvp=autodiff.scan_jvp,
     vjp=autodiff.scan_vjp, batch=batching.scan_batch, multiple_results=True, foldable=False,
+    dependence=_scan_dependence, vjp_wanted=True,
 ))
 
 
@@ -112,8 +126,12 @@ def _while_impl(*operands, cond_fun, body, n_carry):
     return carry
 
 
+def _while_dependence(*, cond_fun, body, n_carry):
+    return [sorted(d) for d in loop_closure(output_dependence(body), 0, n_carry)]
+
+
 register(Primitive(
     "while", shape_rule=_while_shape, impl=_while_impl, jvp=autodiff.while_jvp,
     vjp=autodiff.while_vjp, batch=batching.while_batch, multiple_results=True, foldable=False,
-    vjp_wanted=True,
+    dependence=_while_dependence, vjp_wanted=True,
 ))

@@ -43,6 +43,9 @@ class Primitive:
     - ``multiple_results``: the shape rule returns a list of avals, ``impl`` a list of arrays,
       and ``jvp``/``vjp``/``batch`` take and return one entry per result (``vjp`` gets a list of
       cotangents). Control-flow regions are such primitives; their params hold sub-``Graph``s.
+    - ``dependence(**params) -> [operand positions per result]``: which operands each result
+      of a multi-result primitive depends on differentiably (``core.dependence``; without it,
+      every result depends on every operand).
     - ``vjp_wanted``: the VJP rule also takes ``wanted``, per operand whether its cotangent
       is needed (a ``while`` loop can be reverse-differentiated only where none is).
     - ``expand(*args, **params) -> [outputs]``: the op written with other ops and regions (a
@@ -53,11 +56,12 @@ class Primitive:
     __slots__ = (
         "name", "shape_rule", "impl", "jvp", "vjp", "batch", "differentiable",
         "elementwise", "scalar", "foldable", "spec", "multiple_results", "expand", "vjp_wanted",
+        "dependence",
     )
 
     def __init__(self, name, *, shape_rule, impl, jvp=None, vjp=None, batch=None,
                  differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None,
-                 multiple_results=False, expand=None, vjp_wanted=False):
+                 multiple_results=False, expand=None, vjp_wanted=False, dependence=None):
         self.name = name
         self.shape_rule = shape_rule
         self.impl = impl
@@ -72,6 +76,7 @@ class Primitive:
         self.multiple_results = multiple_results
         self.expand = expand
         self.vjp_wanted = vjp_wanted
+        self.dependence = dependence
 
     def __repr__(self):
         return f"<Primitive {self.name}>"

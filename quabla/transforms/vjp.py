@@ -2,6 +2,7 @@
 gradients of selected inputs. Cotangents are accumulated symbolically; zeros stay ``Zero``."""
 
 from .. import ops
+from ..core.dependence import node_dependence
 from ..core.primitives import PRIMITIVES, Zero, is_zero
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
@@ -41,7 +42,8 @@ def vjp_graph(graph, wrt, seeds):
             else:
                 ct = ops.broadcast_to(ops.weak_scalar(1, dtype), shape) if shape else ops.weak_scalar(1, dtype)
             _accumulate(cts, o, ct, dtype)
-        active = _depends_on(graph, {graph.inputs[k] for k in wrt})
+        wrt_positions = frozenset(wrt)
+        active = {nid for nid, d in node_dependence(graph).items() if d & wrt_positions}
         for nid in range(len(graph.nodes) - 1, -1, -1):
             ct = cts.get(nid)
             node = graph.nodes[nid]
@@ -79,13 +81,3 @@ def _accumulate(cts, nid, value, dtype):
     value = ops.astype(value, dtype)
     previous = cts.get(nid)
     cts[nid] = value if previous is None else ops.add(previous, value)
-
-
-def _depends_on(graph, sources):
-    """The nodes whose value depends differentiably on any of ``sources``: a primitive
-    without a derivative (a comparison, ``stop_gradient``) passes no cotangent back."""
-    active = set(sources)
-    for nid, node in enumerate(graph.nodes):
-        if any(o in active for o in node.operands) and PRIMITIVES[node.op].differentiable:
-            active.add(nid)
-    return active
