@@ -117,7 +117,7 @@ def timed(fn, arg, repeats):
 
 def measure(n, dtype, repeats):
     import quabla as qb
-    from lowering import compile as lower_compile
+    from quabla.lower import compile_graph as lower_compile
 
     x = particles(n, dtype)
     jitted = qb.jit(qb.value_and_grad(energy), device="cuda")

@@ -1,33 +1,26 @@
 """Back ends: turn an IR ``Graph`` into an ``Executable``.
 
-The one entry is ``compile(graph, device, options)``; a device is one more name here, and each
-back end lowers from the same graph (the loop-nest ones from the same ``schedule.py``). This
-package imports only the IR of ``quabla.core`` (graphs and the primitive registry), never the
-transform layer.
+The one entry is ``compile(graph, device, options)``; a device is one entry of the registry
+(``backends.BACKENDS``), and each back end lowers from the same graph (the loop-nest ones from
+the same ``schedule.py``). This package imports only ``quabla.core`` (graphs, the primitive
+registry, the reference interpreter, the version) and the leaf modules ``quabla.dtypes`` and
+``quabla.errors``, never the transform layer; a graph arrives fully expanded (solvers already
+loops: ``quabla.lower`` expands it).
 """
 
 import os
 import re
 
-__all__ = ["compile", "source", "backend_for", "BACKENDS", "available_devices",
-           "canonical_device", "walk"]
+from quabla.core.primitives import PRIMITIVES
 
-BACKENDS = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
+from .backends import BACKENDS, for_device
+
+__all__ = ["compile", "source", "backend_for", "FORCEABLE", "available_devices",
+           "canonical_device"]
+
+FORCEABLE = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
 EXTRAS = {"cuda": "pip install 'quabla[cuda]'", "mlx": "pip install 'quabla[mlx]'"}
 DEVICE_NAME = re.compile(r"cpu|mlx|cuda(:[0-9]+)?")  # what a device may be called
-
-
-def backend_for(device):
-    """The back-end name a device uses; ``QUABLA_BACKEND=interpret`` forces the reference."""
-    forced = os.environ.get("QUABLA_BACKEND")
-    if forced:
-        if forced not in BACKENDS:
-            raise ValueError(f"QUABLA_BACKEND={forced!r} names no back end; valid values are "
-                             f"{', '.join(map(repr, BACKENDS))} (or leave it unset)")
-        return forced
-    if device in (None, "cpu"):
-        return "numba"
-    return device
 
 
 def canonical_device(device):
@@ -37,27 +30,22 @@ def canonical_device(device):
     return "cuda:0" if device == "cuda" else device
 
 
-def _cuda_count():
-    try:
-        from .numba_cuda import device_count
-    except ImportError:
-        return 0
-    return device_count()
-
-
-def _mlx_imports():
-    try:
-        import mlx.core  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def backend_for(device):
+    """The name of the back end that runs ``device``; ``QUABLA_BACKEND`` forces one."""
+    forced = os.environ.get("QUABLA_BACKEND")
+    if forced:
+        if forced not in FORCEABLE:
+            raise ValueError(f"QUABLA_BACKEND={forced!r} names no back end; valid values are "
+                             f"{', '.join(map(repr, FORCEABLE))} (or leave it unset)")
+        return forced
+    name = canonical_device(device)
+    return for_device(name).name if DEVICE_NAME.fullmatch(name) else None
 
 
 def available_devices():
     """What this installation can run: ``"cpu"``, ``"cuda:N"`` per GPU numba-cuda finds (one
     under its simulator), ``"mlx"`` when MLX imports."""
-    found = ["cpu"] + [f"cuda:{i}" for i in range(_cuda_count())]
-    return found + ["mlx"] if _mlx_imports() else found
+    return [device for name in ("numba", "cuda", "mlx") for device in BACKENDS[name].devices()]
 
 
 def _absent(device):
@@ -76,29 +64,19 @@ def _absent(device):
     )
 
 
-def walk(graph):
-    """Every node of ``graph`` and of the sub-graphs its nodes' params hold (regions), so a
-    back end can check a whole program, inactive branches and loop bodies included."""
-    from quabla.core.graph import Graph
-
-    for node in graph.nodes:
-        yield node
-        for _, value in node.params:
-            for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, Graph):
-                    yield from walk(item)
-
-
 def _resolve(graph, device):
-    """``(graph with its solvers expanded, canonical device, back-end name)``; a device this
-    installation cannot run raises ``UnsupportedOperationError``."""
-    from quabla.core.expand import expand
-
+    """``(back end, canonical device)``; a device this installation cannot run raises
+    ``UnsupportedOperationError``, a graph with unexpanded solvers ``ValueError``."""
     name = canonical_device(device)
+    forced = os.environ.get("QUABLA_BACKEND")
     backend = backend_for(name)
-    if backend not in BACKENDS and name not in available_devices():
+    if not forced and (backend is None or name not in BACKENDS[backend].devices()):
         raise _absent(device)
-    return expand(graph), name, backend  # back ends see regions and plain ops, not solvers
+    unexpanded = {n.op for n in graph.walk() if n.op in PRIMITIVES and PRIMITIVES[n.op].expand}
+    if unexpanded:
+        raise ValueError(f"lowering needs a graph without {sorted(unexpanded)}: expand it "
+                         "first (quabla.core.expand, as quabla.lower does)")
+    return BACKENDS[backend], name
 
 
 def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
@@ -106,23 +84,9 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
     returns a sequence of ndarrays, one per output. Its ``run`` attribute is the same call
     without indirection. ``options`` may hold ``precision`` (jit's ``precision=``) and the
     ``name``/``function`` a warning names."""
-    graph, name, backend = _resolve(graph, device)
-    options = options or {}
-    if backend == "interpret":
-        from .interpret import Interpreter
-
-        return Interpreter(graph)
-    if backend == "numba":
-        from .numba_cpu import compile_graph
-
-        return compile_graph(graph, options)
-    if name == "mlx":
-        from .mlx import compile_graph
-
-        return compile_graph(graph, options)
-    from .numba_cuda import compile_graph
-
-    return compile_graph(graph, int(name[5:]), options)
+    backend, name = _resolve(graph, device)
+    backend.check_supported(graph, name)
+    return backend.compile(graph, name, options or {})
 
 
 def source(graph, device=None):
@@ -130,18 +94,6 @@ def source(graph, device=None):
     module of the CPU entry, or of the CUDA kernels and their host function); None where a
     back end generates none (MLX calls ``mlx.core`` from its rule table; the interpreter walks
     the graph). Ops the back end cannot lower raise as ``compile`` does."""
-    graph, name, backend = _resolve(graph, device)
-    if backend == "interpret":
-        return None
-    if backend == "numba":
-        from .numba_cpu import module_source
-
-        return module_source(graph)[0]
-    if name == "mlx":
-        from .mlx import check_supported
-
-        check_supported(graph)
-        return None
-    from .numba_cuda import module_source
-
-    return module_source(graph, int(name[5:]))
+    backend, name = _resolve(graph, device)
+    backend.check_supported(graph, name)
+    return backend.source(graph, name)

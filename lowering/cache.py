@@ -76,7 +76,7 @@ def _versions():
     import llvmlite
     import numpy
 
-    from quabla import __version__
+    from quabla.core.version import __version__
 
     from .native import abi_tag
 

@@ -13,7 +13,6 @@ import weakref
 
 from quabla.errors import PrecisionWarning
 
-from . import walk
 
 __all__ = ["PRECISIONS", "requested", "has_float64", "warn_narrowed"]
 
@@ -39,7 +38,7 @@ def has_float64(graph):
     boundary = [graph.nodes[i] for i in graph.inputs + graph.outputs]
     return (any(node.dtype.name == "float64" for node in boundary)
             or any(node.op == "cast" and node.dtype.name == "float64" and not node.weak
-                   for node in walk(graph)))
+                   for node in graph.walk()))
 
 
 def warn_narrowed(graph, device, options):

@@ -1,6 +1,6 @@
 """Quabla: JAX-style composable function transforms on Numba, with no compiled core to build."""
 
-__version__ = "0.2.0.dev0"
+from .core.version import __version__
 
 from . import dtypes
 from .dtypes import float32, float64, bool_
@@ -10,8 +10,7 @@ from .errors import (
 )
 from .array import Array, Tensor, Shape, array, asarray, zeros, ones, full, arange, linspace, eye
 from .core import rules as _rules  # noqa: F401  (registers every primitive)
-from . import ops as _ops_module
-from . import operators as _operators
+from . import operators as _operators  # noqa: F401  (installs the arrays' operators)
 from .core.tracing import TraceTensor
 from .ops import (
     negative, add, subtract, multiply, divide, power, maximum, minimum,
@@ -33,7 +32,6 @@ from .solvers import newton, odeint
 from .checkpoint import save, load
 from .aot import ShapeDtype, Compiler, Program, Executable
 
-_operators.ops = _ops_module
 
 
 def __getattr__(name):

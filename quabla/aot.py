@@ -155,9 +155,9 @@ class Program:
 
     def compile(self, target="cpu"):
         """An ``Executable`` for ``target`` (a device name, as ``jit``'s ``device=``)."""
-        from lowering import compile as lower_compile
+        from .lower import compile_graph
 
-        return Executable(self, lower_compile(self.graph, target))
+        return Executable(self, compile_graph(self.graph, target))
 
     def __repr__(self):
         return f"<Program inputs={self.inputs} output_shapes={self.output_shapes}>"

@@ -12,7 +12,6 @@ import operator
 import numpy as np
 
 from . import dtypes as _dt
-from .operators import Operators
 
 __all__ = [
     "Array", "Tensor", "Shape",
@@ -50,7 +49,7 @@ def _freeze(value):
     return value
 
 
-class Tensor(Operators):
+class Tensor:
     """An immutable host array of float32, float64 or bool_."""
 
     __slots__ = ("_value", "_weak", "__weakref__")
@@ -241,9 +240,7 @@ def asarray(obj, dtype=None):
         return obj
     if isinstance(obj, Array) and not isinstance(obj, Tensor):
         if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
-            from . import ops
-
-            return ops.astype(obj, dtype)
+            return obj.astype(dtype)
         return obj
     return array(obj, dtype)
 

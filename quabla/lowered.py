@@ -27,9 +27,9 @@ class Lowered:
         entry's module, or the CUDA kernels' and their host function's; None on MLX, whose
         program is calls of ``mlx.core``, not generated text."""
         if self._source is None:
-            from lowering import source
+            from .lower import graph_source
 
-            self._source = source(self.graph, self.device)
+            self._source = graph_source(self.graph, self.device)
         return self._source
 
     @property
@@ -44,10 +44,10 @@ class Lowered:
 
     def compile(self):
         """The function compiled for this signature, called as the jitted function is."""
-        from lowering import compile as lower_compile
         from .aot import Compiled
+        from .lower import compile_graph
 
-        return Compiled(lower_compile(self.graph, self.device, self.options), self.signature,
+        return Compiled(compile_graph(self.graph, self.device, self.options), self.signature,
                         self.device)
 
     def __repr__(self):

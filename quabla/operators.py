@@ -1,14 +1,21 @@
 """Python operators and methods shared by ``Tensor`` and ``TraceTensor``.
 
-Both array types get them from this one mixin, so eager and traced code obey identical rules;
-every method forwards to the module functions of ``quabla.ops``.
+Every method forwards to the module functions of ``quabla.ops``, so eager and traced code obey
+identical rules. The array types are defined below ``ops`` (which makes them), so they do not
+inherit these: importing this module installs them on both classes (as JAX sets its arrays'
+methods from ``jax.numpy``), and imports run one way, ``operators -> ops -> array``.
 """
 
-ops = None  # quabla.ops, bound by quabla/__init__.py once every module is loaded
+from . import ops
+from .array import Tensor
+from .core.tracing import TraceTensor
+
+__all__ = []
 
 
 class Operators:
-    __slots__ = ()
+    """The methods installed on the array types (a namespace, never instantiated)."""
+
     __array_priority__ = 100
 
     def __add__(self, other):
@@ -137,3 +144,9 @@ def _unary_method(name):
 for _name in ("sin", "cos", "exp", "log", "tanh", "sqrt", "relu", "sigmoid", "softplus"):
     setattr(Operators, _name, _unary_method(_name))
 del _name
+
+for _cls in (Tensor, TraceTensor):
+    for _name, _member in vars(Operators).items():
+        if _name not in ("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__"):
+            setattr(_cls, _name, _member)
+del _cls, _name, _member

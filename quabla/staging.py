@@ -22,6 +22,7 @@ from . import tree
 from .array import Array, Tensor, adopt, asarray
 from .core.tracing import TraceFrame, TraceTensor, current_frames, trace_frame
 from .errors import RetraceWarning, TracerError
+from .lower import compile_graph, compile_in_background
 from .transforms import inline
 
 __all__ = ["Staged", "Transform", "trace_function", "signature_text", "logger"]
@@ -407,16 +408,12 @@ class Staged:
         graph, assemble, _ = staged
         entry = _Entry(None, assemble, graph, key)
         if check_compile_mode(self.compile_mode) == "background":
-            from lowering.background import compile_in_background
-
             executable = compile_in_background(
                 graph, self.device, f"{self.name} for {self.describe(treedef, parts)}",
                 lambda run: setattr(entry, "run", run), self.lower_options)
         else:
-            from lowering import compile as lower_compile
-
             start = time.perf_counter()
-            executable = lower_compile(graph, self.device, self.lower_options)
+            executable = compile_graph(graph, self.device, self.lower_options)
             if logger.isEnabledFor(logging.INFO):
                 logger.info("compiled %s for %s in %.1f ms", self.name,
                             self.describe(treedef, parts), 1e3 * (time.perf_counter() - start))

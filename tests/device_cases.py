@@ -17,8 +17,8 @@ import numpy as np
 
 import quabla as qb
 from helpers import mlp_net
-from lowering import compile as lower_compile
-from lowering.interpret import evaluate
+from quabla.lower import compile_graph as lower_compile
+from quabla.core.interpret import evaluate
 from quabla import ops as qb_ops
 from test_rules import CASES, NONDIFF_CASES
 

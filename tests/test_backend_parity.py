@@ -10,7 +10,7 @@ import pytest
 
 import quabla as qb
 from helpers import FLOAT_ELEMENTWISE, assert_results_match, mlp_net
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph, load_cached
 from test_rules import CASES, NONDIFF_CASES
 

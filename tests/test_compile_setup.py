@@ -17,7 +17,7 @@ import pytest
 
 import quabla as qb
 from helpers import staged_graph
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
 from quabla.core.rules.structural import clamp_index
 

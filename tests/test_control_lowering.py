@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
 from quabla.core.tracing import bind
 

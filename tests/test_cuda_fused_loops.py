@@ -73,7 +73,7 @@ def grad_program(x, y):
 
 def _executable(f, *args):
     import quabla as qb
-    from lowering import compile as lower_compile
+    from quabla.lower import compile_graph as lower_compile
 
     graph = qb.jit(f).lower(*args).graph
     return graph, lower_compile(graph, "cuda")
@@ -82,7 +82,7 @@ def _executable(f, *args):
 def _parity(f, *args):
     """Compiles ``f`` for CUDA, checks two calls against the interpreter, returns the
     executable."""
-    from lowering.interpret import evaluate
+    from quabla.core.interpret import evaluate
 
     graph, executable = _executable(f, *args)
     expected = evaluate(graph, list(args))

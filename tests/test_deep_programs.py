@@ -6,7 +6,7 @@
 - Huge extents: scheduling (tile selection) costs nothing proportional to an extent.
 - Huge integers in params (exponents, slice steps): compiled code agrees with eager mode.
 
-Values are checked against the reference interpreter (``lowering.interpret``), NumPy or finite
+Values are checked against the reference interpreter (``quabla.core.interpret``), NumPy or finite
 differences; compiled programs are shared by module-level fixtures.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 import quabla as qb
 from quabla.core.rules.elementwise import power_by_squaring
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph, module_source
 from lowering.schedule import TILE_BYTES, MIN_TILE_ROWS, _tile_rows
 

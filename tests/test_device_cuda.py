@@ -38,7 +38,7 @@ def _program(f, *args):
 
 
 def _compile(graph):
-    from lowering import compile as lower_compile
+    from quabla.lower import compile_graph as lower_compile
 
     return lower_compile(graph, "cuda")
 
@@ -46,7 +46,7 @@ def _compile(graph):
 def _parity(f, *args, exact=False):
     """Runs ``f`` on CUDA twice; both calls must equal the interpreter (float64: to 1e-12),
     and compile nothing (``_compiled_once``)."""
-    from lowering.interpret import evaluate
+    from quabla.core.interpret import evaluate
 
     graph = _program(f, *args)
     executable = _compile(graph)
@@ -119,7 +119,7 @@ def case_products_arranged_for_cublas():
     arrays to ``blas.gemm``: views of operands stored in that order, copies of the others
     (here a stand-in for cuBLAS multiplies them; the simulator has none)."""
     from lowering import numba_cuda
-    from lowering.interpret import evaluate
+    from quabla.core.interpret import evaluate
     from quabla import ops
 
     calls = []

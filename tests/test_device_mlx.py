@@ -10,7 +10,8 @@ import pytest
 
 import quabla as qb
 import lowering
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
+from quabla.lower import compile_graph
 
 mx = pytest.importorskip("mlx.core")
 
@@ -28,11 +29,11 @@ def test_corpus_matches_the_interpreter(case):
 
 def test_the_corpus_covers_every_primitive():
     """Every primitive (regions included) is lowered by some case, so has a parity test. The
-    solvers are not: ``lowering.compile`` replaces them by their ``expand`` rule (loops of
+    solvers are not: ``quabla.lower`` replaces them by their ``expand`` rule (loops of
     ordinary primitives) before any back end sees them."""
     seen = set()
     for case in CASES:
-        seen.update(node.op for node in lowering.walk(qb.jit(case.fn).lower(*case.args).graph))
+        seen.update(node.op for node in qb.jit(case.fn).lower(*case.args).graph.walk())
     lowered = {name for name, prim in PRIMITIVES.items() if prim.expand is None}
     assert lowered - seen == set()
     assert lowered <= set(mlx_rules.RULES)
@@ -193,7 +194,7 @@ def test_precision_float64_keeps_float64_on_the_cpu_stream():
 def test_float64_exp_over_its_whole_range():
     x = np.concatenate([np.linspace(-745.0, 709.7, 4001), np.linspace(-1, 1, 101),
                         [np.inf, -np.inf, np.nan, 0.0, 710.0, -746.0, 1e300, -1e300]])
-    (out,) = lowering.compile(qb.jit(qb.exp).lower(qb.array(x)).graph, "mlx",
+    (out,) = compile_graph(qb.jit(qb.exp).lower(qb.array(x)).graph, "mlx",
                               {"precision": "float64"})(x)
     with np.errstate(over="ignore"):
         expected = np.exp(x)
@@ -231,7 +232,7 @@ def test_an_op_without_a_rule_is_rejected_before_anything_runs(monkeypatch):
     a = qb.array(np.eye(2), dtype=qb.float32)
     graph = qb.jit(_looped_cholesky).lower(a).graph
     with pytest.raises(qb.UnsupportedOperationError) as info:
-        lowering.compile(graph, "mlx")  # at lowering: no executable is made
+        compile_graph(graph, "mlx")  # at lowering: no executable is made
     assert (info.value.op, info.value.device) == ("cholesky", "mlx")
     with pytest.raises(qb.UnsupportedOperationError, match="cholesky"):
         qb.jit(_looped_cholesky, device="mlx")(a)

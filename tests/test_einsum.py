@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 
 from helpers import assert_close, fd_jacobian, np64, staged_graph
 

@@ -18,7 +18,7 @@ import pytest
 import quabla as qb
 from helpers import mlp_net
 from lowering.buffers import ScratchPlan
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
 from lowering.numba_cpu.codegen import generate
 from lowering.schedule import Group, TileBegin, schedule

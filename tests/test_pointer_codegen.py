@@ -11,7 +11,7 @@ import pytest
 
 import quabla as qb
 from helpers import assert_results_match
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
 from lowering.numba_cpu.codegen import _flat_index, blas_available
 from quabla.core.tracing import bind

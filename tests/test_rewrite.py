@@ -13,7 +13,7 @@ import pytest
 import quabla as qb
 from quabla.core.graph import Const, GraphBuilder
 from quabla.core.rewrite import FOLD_LIMIT, simplify
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 
 from helpers import op_counts, staged_graph, traced_graph
 

@@ -16,7 +16,7 @@ import pytest
 
 import quabla as qb
 import test_loop_nests as loops
-from lowering.interpret import evaluate
+from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph, module_source, threads
 from lowering.schedule import TileBegin, schedule
 

@@ -18,7 +18,6 @@ import numpy as np
 from quabla import dtypes as _dt
 from quabla.errors import UnsupportedOperationError
 
-from .. import walk
 from ..precision import requested, warn_narrowed
 from .rules import FLOAT32_ACCURATE, RULES
 
@@ -28,9 +27,9 @@ DEVICE = "mlx"
 _LOCK = threading.Lock()
 
 
-def check_supported(graph):
+def check_supported(graph, device=DEVICE):
     """Raise ``UnsupportedOperationError`` for the first op (in any region) MLX cannot lower."""
-    for node in walk(graph):
+    for node in graph.walk():
         if node.op not in RULES and node.op not in ("input", "constant"):
             raise UnsupportedOperationError(
                 f"operation {node.op!r} has no MLX lowering; run this function on device='cpu'",
@@ -41,7 +40,7 @@ def check_supported(graph):
 def check_float64(graph):
     """Under ``precision="float64"``: raise for an op MLX computes in float64 only to float32
     accuracy (sin, cos), rather than return float32-accurate float64 results."""
-    for node in walk(graph):
+    for node in graph.walk():
         if node.op in FLOAT32_ACCURATE and node.dtype is _dt.float64:
             raise UnsupportedOperationError(
                 f"MLX computes {node.op!r} in float64 only to float32 accuracy, so it cannot "
@@ -68,7 +67,7 @@ class _Context:
     def loops(graph):
         """Whether ``graph`` holds a loop (in any region): its Python loop, and a ``while``'s
         test, run on the host, so the graph cannot be one compiled MLX function."""
-        return any(node.op in ("scan", "while") for node in walk(graph))
+        return any(node.op in ("scan", "while") for node in graph.walk())
 
     def inline(self, graph):
         """``graph`` as a function of MLX arrays, to be traced into the caller's program."""

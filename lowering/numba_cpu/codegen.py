@@ -25,7 +25,7 @@ from ..templates import operand_names, scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, TileBegin, TileEnd, last_uses, schedule
 from . import threads
 
-__all__ = ["generate", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
+__all__ = ["generate", "check_supported", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
 
 # Products with at least this many multiply-adds go to BLAS when SciPy (whose dgemm generated
 # code calls) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no
@@ -504,12 +504,7 @@ class _Emitter:
         if node.shape == () and PRIMITIVES[op].elementwise:
             self.emit(f"{out} = {scalar_expression(node, args)}")
             return
-        handler = getattr(self, "op_" + op, None)
-        if handler is None:
-            from quabla.errors import UnsupportedOperationError
-
-            raise UnsupportedOperationError(op=op, device="cpu")
-        handler(node, out, args, **params)
+        getattr(self, "op_" + op)(node, out, args, **params)
         self.export(nid)
 
     # -- whole-array operations ----------------------------------------------------------------
@@ -1019,6 +1014,21 @@ def _views(slots, pointers):
             same = f"_offset({buffer}, {start})" if start else buffer
         lines.append(f"{var} = {same}")
     return lines
+
+
+def check_supported(graph, device="cpu"):
+    """``UnsupportedOperationError`` for the first op (in ``graph`` or a sub-graph) the entry
+    cannot emit: fused ops (elementwise with a scalar template, index maps, reductions) and
+    those with an ``op_`` method of the emitter, before emission starts."""
+    for node in graph.walk():
+        prim = PRIMITIVES.get(node.op)
+        fused = prim is not None and ((prim.elementwise and prim.scalar) or
+                                      node.op in INDEX_MAPS or node.op in REDUCTIONS)
+        if not fused and node.op not in ("input", "constant") and \
+                not hasattr(_Emitter, "op_" + node.op):
+            from quabla.errors import UnsupportedOperationError
+
+            raise UnsupportedOperationError(op=node.op, device=device)
 
 
 def generate(graph, n_threads=1):

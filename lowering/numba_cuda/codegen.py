@@ -44,7 +44,6 @@ import numpy as np
 from quabla.core.graph import Graph, Node
 from quabla.core.primitives import PRIMITIVES
 from quabla.errors import UnsupportedOperationError
-from .. import walk
 from ..buffers import ScratchPlan
 from ..templates import scalar_expression
 from ..schedule import INDEX_MAPS, REDUCTIONS, Group, Single, last_uses, schedule
@@ -95,7 +94,7 @@ class Launch(NamedTuple):
 def check_supported(graph, device):
     """Raises UnsupportedOperationError for the first op (in ``graph`` or any graph held by a
     node's params, such as a region's body) this back end cannot lower."""
-    for node in walk(graph):
+    for node in graph.walk():
         if node.op not in SUPPORTED:
             raise UnsupportedOperationError(op=node.op, device=device)
 

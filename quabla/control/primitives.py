@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..core.dependence import loop_closure, output_dependence
+from ..core.interpret import evaluate
 from ..core.primitives import Primitive, register
 from . import autodiff, batching, rewriting  # noqa: F401  (rewriting: the rewriter's rules)
 
@@ -29,8 +30,6 @@ INDEX_DTYPE = _dt.float64  # the loop index: a weak scalar, as a Python int woul
 
 
 def _evaluate(graph, args):
-    from lowering.interpret import evaluate
-
     return evaluate(graph, list(args))
 
 

@@ -3,9 +3,10 @@
 Solvers (``quabla.linalg.cg``, ``quabla.newton``, ``quabla.odeint``, ...) are primitives so that
 the transforms see one node with implicit-differentiation rules; to run them, a back end only
 needs their iteration, which ``expand`` writes with ordinary ops and control-flow regions.
-``lowering.compile`` applies this pass first, so back ends only meet regions and plain ops.
+Back ends only meet regions and plain ops.
 Sub-graphs held in params (region bodies, a solver's operator) are expanded first, and an
-expansion is expanded again until no such node is left.
+expansion is expanded again until no such node is left. ``quabla.lower`` runs it before it
+hands a graph to ``lowering``.
 """
 
 from ..array import Tensor
@@ -17,17 +18,10 @@ from .tracing import TraceFrame, bind, trace_frame
 __all__ = ["expand", "needs_expansion"]
 
 
-def _sub_graphs(node):
-    for _, value in node.params:
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, Graph):
-                yield item
-
-
 def needs_expansion(graph):
     """Whether ``graph`` or a sub-graph of its nodes holds an op with an ``expand`` rule."""
-    return any(PRIMITIVES[node.op].expand is not None or any(map(needs_expansion, _sub_graphs(node)))
-               for node in graph.nodes if node.op not in ("input", "constant", "get"))
+    return any(node.op in PRIMITIVES and PRIMITIVES[node.op].expand is not None
+               for node in graph.walk())
 
 
 def _expanded_params(node):

@@ -165,6 +165,22 @@ class Graph:
         return Graph(self.nodes, [self.inputs[k] for k in order], self.outputs,
                      [self.input_names[k] for k in order])
 
+    @staticmethod
+    def sub_graphs(node):
+        """The graphs a node's params hold (a region's bodies, a solver's operator)."""
+        for _, value in node.params:
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, Graph):
+                    yield item
+
+    def walk(self):
+        """Every node of this graph and of the sub-graphs its nodes hold, depth first: what a
+        whole-program check (a back end's support check, expansion) looks at."""
+        for node in self.nodes:
+            yield node
+            for graph in Graph.sub_graphs(node):
+                yield from graph.walk()
+
     def node_count(self, include_inputs=False):
         """Operation count: the measure the rewriter keeps small (inputs excluded by default)."""
         return sum(1 for n in self.nodes if include_inputs or n.op != "input")

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..array import Array, Shape, Tensor
 from ..errors import CONTROL_FLOW_MESSAGE, TracerError
-from ..operators import Operators
 from .graph import GraphBuilder
 from .primitives import PRIMITIVES
 from .rewrite import FOLD_LIMIT
@@ -122,7 +121,7 @@ class trace_frame:
         current_frames().pop()
 
 
-class TraceTensor(Operators):
+class TraceTensor:
     """A placeholder for an array while a function is traced; it records operations."""
 
     __slots__ = ("_frame", "_id", "shape", "dtype", "_weak")

@@ -22,6 +22,7 @@ from ..array import Array, Tensor, asarray
 from ..core.primitives import Zero, is_zero
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, trace_frame
+from ..core.interpret import evaluate
 from ..errors import QuablaError
 from ..flatten_util import ravel_pytree
 from ..control.regions import aval_texts, trace_body
@@ -181,8 +182,6 @@ class _Numpy:
 
     @staticmethod
     def apply(graph, *args):
-        from lowering.interpret import evaluate
-
         return evaluate(graph, [np.asarray(a) for a in args])
 
     @staticmethod

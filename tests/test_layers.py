@@ -1,0 +1,46 @@
+"""Imports run one way (docs/architecture.md, "Layers"): ``lowering`` imports nothing of
+``quabla`` above its core (the IR, primitives, interpreter, version) and the leaf modules
+``dtypes`` and ``errors``; the core imports no back end. Read from the source, so a lazy
+import inside a function counts as much as one at the top."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ALLOWED_FROM_LOWERING = ("quabla.core", "quabla.dtypes", "quabla.errors")
+
+
+def _imports(path):
+    """The absolute names ``path`` imports (relative imports resolved against its package)."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[:len(package) - node.level + 1]) if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def _offending(folder, test):
+    return sorted(f"{path.relative_to(ROOT)}: {name}" for path in (ROOT / folder).rglob("*.py")
+                  for name in _imports(path) if test(name))
+
+
+def test_lowering_imports_only_the_core_of_quabla():
+    assert _offending("lowering", lambda name: (name == "quabla" or name.startswith("quabla."))
+                      and not name.startswith(ALLOWED_FROM_LOWERING)) == []
+
+
+def test_the_core_imports_no_back_end():
+    assert _offending("quabla/core", lambda name: name.split(".")[0] == "lowering") == []
+
+
+def test_only_quabla_lower_hands_graphs_to_lowering_compile():
+    """Solvers are expanded on the way in (``quabla.lower``), so lowering never traces."""
+    callers = []
+    for path in (ROOT / "quabla").rglob("*.py"):
+        text = path.read_text()
+        if "lowering.compile(" in text or "lowering import compile" in text:
+            callers.append(str(path.relative_to(ROOT)))
+    assert callers == ["quabla/lower.py"]
