@@ -70,7 +70,7 @@ class CallSignature:
             raise TypeError(f"{staged.name} was compiled for arguments "
                             f"{staged.describe(self.treedef, self.parts)}, got "
                             f"{staged.describe(treedef, parts)}")
-        return [d._value for d in dynamic]
+        return [d.value for d in dynamic]
 
     def input_names(self):
         """Each array leaf named by its path in the call: ``0``, ``1['w']``, ..."""
@@ -188,7 +188,7 @@ class Executable:
             if tuple(value.shape) != tuple(node.shape) or value.dtype is not node.dtype:
                 raise TypeError(f"input {name!r} must be {node.dtype}{list(node.shape)}, got "
                                 f"{value.dtype}{list(value.shape)}")
-            arrays.append(value._value)
+            arrays.append(value.value)
         outs = list(map(adopt, self.run(*arrays)))
         return outs[0] if self.program.single else outs
 

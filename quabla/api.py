@@ -636,7 +636,7 @@ class _Vmap(Transform):
         with trace_frame(frame):
             inputs = [frame.new_input(leaf.shape, leaf.dtype, f"arg{k}", leaf.weak)
                       for k, leaf in enumerate(l for l in template if type(l) is Aval)]
-            captures = [frame.new_input(c.shape, c.dtype, f"__quabla_capture/{k}", c._weak)
+            captures = [frame.new_input(c.shape, c.dtype, f"__quabla_capture/{k}", c.weak)
                         for k, c in enumerate(traced.captures)]
             moved = [x if a in (None, 0) else ops.transpose(
                 x, (a,) + tuple(d for d in range(x.ndim) if d != a))

@@ -50,68 +50,65 @@ def _freeze(value):
 
 
 class Tensor:
-    """An immutable host array of float32, float64 or bool_."""
+    """An immutable host array of float32, float64 or bool_: ``value``, a read-only ndarray
+    (``np.asarray`` of the Tensor is a view of it). ``weak`` is true for values born
+    of Python scalars only: they adopt the dtype of what they meet (JAX's weak type)."""
 
-    __slots__ = ("_value", "_weak", "__weakref__")
+    __slots__ = ("value", "weak", "__weakref__")
 
     def __init__(self, obj, dtype=None):
         source = array(obj, dtype)
-        self._value = source._value
-        self._weak = False
+        self.value = source.value
+        self.weak = False
 
     @classmethod
-    def _wrap(cls, value, weak=False):
+    def wrap(cls, value, weak=False):
         """Adopt ``value`` (a NumPy array of a Quabla dtype that nobody else writes)."""
         t = object.__new__(cls)
         value.setflags(False)
-        t._value = value
-        t._weak = weak
+        t.value = value
+        t.weak = weak
         return t
 
     # -- metadata ---------------------------------------------------------------------------
     @property
     def shape(self):
-        return Shape(self._value.shape)
+        return Shape(self.value.shape)
 
     @property
     def dtype(self):
-        return _dt.BY_NUMPY[self._value.dtype]
+        return _dt.BY_NUMPY[self.value.dtype]
 
     @property
     def ndim(self):
-        return self._value.ndim
+        return self.value.ndim
 
     @property
     def size(self):
-        return self._value.size
-
-    @property
-    def weak_type(self):
-        """True for values born of Python scalars only; they adopt the dtype of what they meet."""
-        return self._weak
+        return self.value.size
 
     def __len__(self):
-        if self._value.ndim == 0:
+        if self.value.ndim == 0:
             raise TypeError("len() of a 0-d Tensor")
-        return self._value.shape[0]
+        return self.value.shape[0]
 
     def __iter__(self):
-        if self._value.ndim == 0:
+        if self.value.ndim == 0:
             raise TypeError("iteration over a 0-d Tensor")
-        return (self[i] for i in range(self._value.shape[0]))
+        return (self[i] for i in range(self.value.shape[0]))
 
     # -- export -----------------------------------------------------------------------------
     def numpy(self):
         """A read-only NumPy view of the data (zero-copy)."""
-        return self._value.view()
+        return self.value.view()
 
     def tolist(self):
-        return self._value.tolist()
+        return self.value.tolist()
 
     def item(self):
-        if self._value.size != 1:
+        if self.value.size != 1:
             raise ValueError(f"item() needs a Tensor with one element, got shape {self.shape}")
-        return self._value.item()
+        return self.value.item()
 
     def __float__(self):
         return float(self.item())
@@ -120,15 +117,15 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self):
-        if self._value.size != 1:
+        if self.value.size != 1:
             raise ValueError(
                 "the truth value of a Tensor with more than one element is ambiguous; "
                 "use quabla.any or quabla.all"
             )
-        return bool(self._value.item())
+        return bool(self.value.item())
 
     def __array__(self, dtype=None, copy=None):
-        value = self._value
+        value = self.value
         if dtype is not None and np.dtype(dtype) != value.dtype:
             if copy is False:
                 raise ValueError(
@@ -140,7 +137,7 @@ class Tensor:
         return value.view()
 
     def __repr__(self):
-        body = np.array2string(self._value, separator=", ", prefix="Tensor(")
+        body = np.array2string(self.value, separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype})"
 
     # Tensors are immutable, so a copy is the Tensor itself (weak flag included).
@@ -151,7 +148,7 @@ class Tensor:
         return self
 
     def __reduce__(self):
-        return (_unpickle, (self._value.copy(), self._weak))
+        return (_unpickle, (self.value.copy(), self.weak))
 
 
 Array.register(Tensor)
@@ -162,8 +159,8 @@ def adopt(value):
     output half of every hot path (``Tensor._wrap`` without its options)."""
     t = _new_tensor(Tensor)
     value.setflags(False)  # positional: a third of the cost of the keyword (or of flags.writeable)
-    t._value = value
-    t._weak = False
+    t.value = value
+    t.weak = False
     return t
 
 
@@ -173,7 +170,7 @@ _new_tensor = object.__new__
 def _unpickle(value, weak):
     """Rebuild a pickled Tensor, checked like any import, with its weak flag."""
     t = array(value)
-    t._weak = weak
+    t.weak = weak
     return t
 
 
@@ -227,11 +224,11 @@ def _finish(value, dtype):
 def array(obj, dtype=None):
     """A new Tensor from ``obj``; NumPy data is always copied."""
     if isinstance(obj, Tensor):
-        value = obj._value
+        value = obj.value
         if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
             value = value.astype(_dt.dtype(dtype).numpy)
-        return Tensor._wrap(value)
-    return Tensor._wrap(_finish(_import(obj), dtype))
+        return Tensor.wrap(value)
+    return Tensor.wrap(_finish(_import(obj), dtype))
 
 
 def asarray(obj, dtype=None):
@@ -281,17 +278,17 @@ def _float_dtype(dtype):
 
 
 def zeros(shape, dtype=None):
-    return Tensor._wrap(np.zeros(array_shape(shape), _float_dtype(dtype).numpy))
+    return Tensor.wrap(np.zeros(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def ones(shape, dtype=None):
-    return Tensor._wrap(np.ones(array_shape(shape), _float_dtype(dtype).numpy))
+    return Tensor.wrap(np.ones(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def full(shape, value, dtype=None):
     if dtype is None:
         dtype = _dt.bool_ if isinstance(value, (bool, np.bool_)) else _dt.float64
-    return Tensor._wrap(np.full(array_shape(shape), value, _dt.dtype(dtype).numpy))
+    return Tensor.wrap(np.full(array_shape(shape), value, _dt.dtype(dtype).numpy))
 
 
 def arange(start, stop=None, step=1.0, dtype=None):
@@ -307,9 +304,9 @@ def linspace(start, stop, num, dtype=None):
 def _finish_range(values, dtype):
     if values.size == 0:
         raise ValueError("the requested range is empty; zero-extent arrays are not supported")
-    return Tensor._wrap(values.astype(_float_dtype(dtype).numpy, copy=False))
+    return Tensor.wrap(values.astype(_float_dtype(dtype).numpy, copy=False))
 
 
 def eye(n, m=None, dtype=None):
     n, m = array_shape((n, n if m is None else m))
-    return Tensor._wrap(np.eye(n, m, dtype=_float_dtype(dtype).numpy))
+    return Tensor.wrap(np.eye(n, m, dtype=_float_dtype(dtype).numpy))

@@ -183,7 +183,7 @@ class _Encoder:
             "shape": [int(d) for d in le.shape],
             "offset": offset,
         }
-        if t.weak_type:
+        if t.weak:
             node["weak"] = True
         return node
 
@@ -622,7 +622,7 @@ class _Builder:
         if kind == "array":
             value = self.arrays[self.next]
             self.next += 1
-            return Tensor._wrap(value, weak=node.get("weak", False))
+            return Tensor.wrap(value, weak=node.get("weak", False))
         if kind == "list":
             return [self.build(c) for c in node["items"]]
         if kind == "tuple":

@@ -115,7 +115,7 @@ def _basis(sizes, index, shape, dtype):
     start = sum(sizes[:index])
     eye = np.zeros((total, sizes[index]), dtype.numpy)
     eye[np.arange(start, start + sizes[index]), np.arange(sizes[index])] = 1
-    return Tensor._wrap(eye.reshape((total,) + tuple(shape)))
+    return Tensor.wrap(eye.reshape((total,) + tuple(shape)))
 
 
 def _jacobian_graph(graph, selected, in_avals, n_out, reverse):

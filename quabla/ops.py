@@ -53,7 +53,7 @@ def _as_array(x):
 def weak_scalar(value, dtype):
     """A weak 0-d Tensor of ``dtype``: a Python number as transforms, rules and control flow
     make it."""
-    return Tensor._wrap(np.array(value, dtype=dtype.numpy), weak=True)
+    return Tensor.wrap(np.array(value, dtype=dtype.numpy), weak=True)
 
 
 def _promote(name, operands, kind="float"):
@@ -77,7 +77,7 @@ def _promote(name, operands, kind="float"):
             continue
         x = _as_array(x)
         arrays.append(x)
-        if x._weak:
+        if x.weak:
             if weak_dtype is None or weak_dtype is _dt.bool_:
                 weak_dtype = x.dtype
             continue
@@ -100,7 +100,7 @@ def _promote(name, operands, kind="float"):
                 raise TypeError(f"quabla.{name} cannot mix a number with bool_ operands")
             x = weak_scalar(x, dtype)
         elif x.dtype is not dtype:
-            if not x._weak:
+            if not x.weak:
                 raise TypeError(f"quabla.{name} cannot mix {x.dtype} and {dtype} operands")
             x = bind("cast", x, dtype=dtype)
         out.append(x)
@@ -780,7 +780,7 @@ def _triangle(x, k, lower, name):
     k = as_index(k)
     mask = np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
     zero = False if x.dtype is _dt.bool_ else 0.0
-    return where(Tensor._wrap(np.broadcast_to(mask, x.shape).copy()), x, zero)
+    return where(Tensor.wrap(np.broadcast_to(mask, x.shape).copy()), x, zero)
 
 
 def tril(x, k=0):

@@ -217,7 +217,7 @@ def _param(value, name, shape):
 
 
 def _wrap(flat, shape):
-    return Tensor._wrap(flat.reshape(shape))
+    return Tensor.wrap(flat.reshape(shape))
 
 
 # -- samplers -----------------------------------------------------------------------------------

@@ -264,7 +264,7 @@ class Staged:
 
     # -- the hot path --------------------------------------------------------------------------
     def __call__(self, *args):
-        arrays = [a._value for a in args if type(a) is Tensor and not a._weak]
+        arrays = [a.value for a in args if type(a) is Tensor and not a.weak]
         if len(arrays) == len(args):
             # _flat_key and _touch, inlined: this is every call's dispatch
             entry = self._flat.get(tuple([(a.shape, a.dtype) for a in arrays]))
@@ -288,7 +288,7 @@ class Staged:
             if entry is not None:
                 _touch(self._cache, key)
                 self._remember_flat(args, entry)
-                outs = entry.run(*[d._value for d in dynamic])
+                outs = entry.run(*[d.value for d in dynamic])
                 return entry.assemble(list(map(adopt, outs)))
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
 
@@ -296,13 +296,13 @@ class Staged:
         """``run`` of the program compiled for ``args``, all Tensors (flat raw arrays in and
         out), or None when there is none yet: for a caller that keeps its own signature-keyed
         fast path (``Optimizer.update``) and checks the signature itself."""
-        entry = self._flat.get(_flat_key([a._value for a in args]))
+        entry = self._flat.get(_flat_key([a.value for a in args]))
         return None if entry is None else entry.run
 
     def _remember_flat(self, args, entry):
         """The fast path's table; weak Tensors are left to the full signature."""
-        if all(type(a) is Tensor and not a._weak for a in args):
-            self._flat[_flat_key([a._value for a in args])] = entry
+        if all(type(a) is Tensor and not a.weak for a in args):
+            self._flat[_flat_key([a.value for a in args])] = entry
 
     def _argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
@@ -357,7 +357,7 @@ class Staged:
         if entry is None:  # it closes over tracers of a trace in progress: splice it in there
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
         self._remember_flat(args, entry)
-        outs = entry.run(*[d._value for d in dynamic])
+        outs = entry.run(*[d.value for d in dynamic])
         return entry.assemble(list(map(adopt, outs)))
 
     def _single_flight(self, key, treedef, parts, leaves):
@@ -613,12 +613,12 @@ def classify_leaves(leaves, diff, abstract=False):
     for i, leaf in enumerate(leaves):
         t = type(leaf)
         if t is Tensor:
-            v = leaf._value
-            parts.append((v.shape, v.dtype, leaf._weak))
+            v = leaf.value
+            parts.append((v.shape, v.dtype, leaf.weak))
             dynamic.append(leaf)
             continue
         if t is TraceTensor:
-            parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
+            parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf.weak))
             dynamic.append(leaf)
             traced = True
             continue
@@ -639,7 +639,7 @@ def classify_leaves(leaves, diff, abstract=False):
                 continue
             raise BadLeaf(i)
         leaf = asarray(leaf)
-        parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf._weak))
+        parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf.weak))
         dynamic.append(leaf)
     return tuple(parts), dynamic, traced
 

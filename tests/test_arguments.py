@@ -196,7 +196,7 @@ def test_max_traces_must_be_a_positive_int(bad):
 
 def test_weak_array_arguments_keep_their_weak_type_under_jit():
     weak = qb.add(2.0, 3.0)
-    assert weak.weak_type and weak.dtype is qb.float64
+    assert weak.weak and weak.dtype is qb.float64
     y32 = qb.ones(2, dtype=qb.float32)
     eager = weak + y32
     assert eager.dtype is qb.float32
@@ -226,7 +226,7 @@ def test_weak_array_arguments_under_grad_and_vmap():
     assert g[1].dtype is qb.float32
     assert_close(g[1], [5.0, 5.0])
     weak3 = qb.broadcast_to(weak, (3,))
-    assert weak3.weak_type
+    assert weak3.weak
     out = qb.vmap(lambda a, b: a * b)(weak3, qb.ones(3, dtype=qb.float32))
     assert out.dtype is qb.float32
     assert_close(out, [5.0, 5.0, 5.0])

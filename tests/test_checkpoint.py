@@ -30,7 +30,7 @@ def assert_same(a, b, path="tree"):
     if isinstance(a, Tensor):
         assert a.dtype is b.dtype, path
         assert a.shape == b.shape, path
-        assert a.weak_type == b.weak_type, path
+        assert a.weak == b.weak, path
         x, y = a.numpy(), b.numpy()
         assert x.dtype == y.dtype and x.shape == y.shape, path
         assert x.tobytes() == y.tobytes(), path
@@ -160,9 +160,9 @@ def test_dtypes_and_constructors():
 
 
 def test_weak_flag_survives():
-    weak = Tensor._wrap(np.array(2.0), weak=True)
+    weak = Tensor.wrap(np.array(2.0), weak=True)
     out = roundtrip({"w": weak, "s": qb.array(1.0)})
-    assert out["w"].weak_type and not out["s"].weak_type
+    assert out["w"].weak and not out["s"].weak
 
 
 def test_scalars_roundtrip():

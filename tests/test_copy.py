@@ -125,7 +125,7 @@ def test_tensor_copies_are_tensors_with_the_same_bits_and_weak_flag():
         back = pickle.loads(pickle.dumps(t))
         assert type(back) is qb.Tensor and back is not t
         assert back.dtype is t.dtype and back.shape == t.shape
-        assert back.weak_type == t.weak_type
+        assert back.weak == t.weak
         assert back.numpy().tobytes() == t.numpy().tobytes()
         assert not back.numpy().flags.writeable
     memo_tree = copy.deepcopy({"a": strong, "b": [strong]})

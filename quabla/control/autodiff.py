@@ -117,11 +117,11 @@ def _split(values, sizes):
 
 def _named(values, what):
     """Graph inputs like ``values``, named ``what0``, ``what1``, ..."""
-    return [(tuple(v.shape), v.dtype, v.weak_type, f"{what}{k}") for k, v in enumerate(values)]
+    return [(tuple(v.shape), v.dtype, v.weak, f"{what}{k}") for k, v in enumerate(values)]
 
 
 def _avals(values):
-    return [(tuple(v.shape), v.dtype, v.weak_type) for v in values]
+    return [(tuple(v.shape), v.dtype, v.weak) for v in values]
 
 
 def _bind_scan(body, init, consts, **params):

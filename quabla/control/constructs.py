@@ -25,7 +25,7 @@ def _leaves(value, what):
 
 
 def _avals3(values):
-    return [(tuple(v.shape), v.dtype, v.weak_type) for v in values]
+    return [(tuple(v.shape), v.dtype, v.weak) for v in values]
 
 
 def _index_template():
@@ -100,7 +100,7 @@ def _trace_carried(trace, init, carry_tree, what):
             return body, init
         new_init, cast = list(init), [None] * len(init)
         for k, ((s_in, d_in), (s_out, d_out)) in enumerate(zip(in_avals, out_avals)):
-            if s_in != s_out or (d_in is not d_out and not (out_weak[k] or init[k].weak_type)):
+            if s_in != s_out or (d_in is not d_out and not (out_weak[k] or init[k].weak)):
                 raise TypeError(f"{what}: the carry changes shape or dtype: it starts as "
                                 f"{aval_texts(in_avals)} but the body returns "
                                 f"{aval_texts(out_avals)}")

@@ -39,7 +39,7 @@ def _weak_avals(graph, outputs=None):
 
 
 def _operand_avals(args):
-    return [(tuple(a.shape), a.dtype, a._weak) for a in args]
+    return [(tuple(a.shape), a.dtype, a.weak) for a in args]
 
 
 def _check_operands(op, graph, operands, first=0):

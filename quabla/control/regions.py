@@ -71,7 +71,7 @@ def trace_body(fun, args, what, cast=None):
             leaves, treedef = tree.flatten(a)
             call_args.append(treedef.unflatten([
                 frame.new_input(leaf.shape, leaf.dtype, f"{what}/in{len(frame.inputs)}",
-                                leaf.weak_type) for leaf in leaves]))
+                                leaf.weak) for leaf in leaves]))
         out_leaves, out_tree = tree.flatten(fun(*call_args))
         results = [as_leaf(leaf, f"the result of {what}") for leaf in out_leaves]
         if cast is not None:

@@ -46,7 +46,7 @@ def expand(graph):
             if node.op == "input":
                 continue
             if node.op == "constant":
-                env[nid] = Tensor._wrap(node.kw["value"].value, node.weak)
+                env[nid] = Tensor.wrap(node.kw["value"].value, node.weak)
                 continue
             if node.op == "get":
                 env[nid] = env[node.operands[0]][node.kw["index"]]

@@ -68,13 +68,13 @@ class TraceFrame(GraphBuilder):
             nid = self._captured.get(key)
             if nid is None:
                 nid = self.input(value.shape, value.dtype, f"__quabla_capture/{len(self.captures)}",
-                                 value._weak)
+                                 value.weak)
                 self._captured[key] = nid
                 self.captures.append(value)
             return nid
         entry = self._constants.get(id(value))
         if entry is None:
-            nid = self.constant(value._value, value._weak)
+            nid = self.constant(value.value, value.weak)
             self._constants[id(value)] = (value, nid)
             return nid
         return entry[1]
@@ -124,14 +124,14 @@ class trace_frame:
 class TraceTensor:
     """A placeholder for an array while a function is traced; it records operations."""
 
-    __slots__ = ("_frame", "_id", "shape", "dtype", "_weak")
+    __slots__ = ("_frame", "_id", "shape", "dtype", "weak")
 
     def __init__(self, frame, nid, shape, dtype, weak):
         self._frame = frame
         self._id = nid
         self.shape = Shape(shape)
         self.dtype = dtype
-        self._weak = weak
+        self.weak = weak
 
     @property
     def ndim(self):
@@ -140,10 +140,6 @@ class TraceTensor:
     @property
     def size(self):
         return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def weak_type(self):
-        return self._weak
 
     def __len__(self):
         if not self.shape:
@@ -232,12 +228,12 @@ def bind(op, *args, **params):
         frame = _staging_frame([shape])
     if frame is None:
         with np.errstate(all="ignore"):
-            value = prim.impl(*[a._value for a in args], **params)
+            value = prim.impl(*[a.value for a in args], **params)
         if type(value) is not np.ndarray or value.dtype != dtype.numpy:
             value = np.asarray(value, dtype=dtype.numpy)
         if not value.flags.c_contiguous:
             value = value.copy()
-        return Tensor._wrap(value, weak)
+        return Tensor.wrap(value, weak)
     operands = [frame.operand(a) for a in args]
     nid = frame.add(op, operands, tuple(sorted(params.items())), shape, dtype, weak)
     return TraceTensor(frame, nid, shape, dtype, weak)
@@ -261,8 +257,8 @@ def _bind_results(prim, frame, args, params):
         frame = _staging_frame([shape for shape, _, _ in avals])
     if frame is None:
         with np.errstate(all="ignore"):
-            values = prim.impl(*[a._value for a in args], **params)
-        return [Tensor._wrap(np.array(v, dtype=dtype.numpy, order="C"), weak)
+            values = prim.impl(*[a.value for a in args], **params)
+        return [Tensor.wrap(np.array(v, dtype=dtype.numpy, order="C"), weak)
                 for v, (shape, dtype, weak) in zip(values, avals)]
     operands = [frame.operand(a) for a in args]
     ids = frame.add_results(prim.name, operands, tuple(sorted(params.items())), avals)

@@ -72,7 +72,7 @@ class Optimizer:
     def init(self, params):
         state = {"step": 0}
         for name in self.slots:
-            state[name] = tree.map(lambda p: Tensor._wrap(np.zeros(np.shape(p))), params)
+            state[name] = tree.map(lambda p: Tensor.wrap(np.zeros(np.shape(p))), params)
         return state
 
     def update(self, params, grads, state):
@@ -102,7 +102,7 @@ class Optimizer:
                                     count)
         if host:
             new_state = {"step": int(step) + 1}
-            self._next_count = (new_state["step"], outs[-1]._value)
+            self._next_count = (new_state["step"], outs[-1].value)
             if len(outs) == (len(self.slots) + 1) * n + 1:  # every leaf had a gradient
                 leaves = p_leaves + g_leaves + [x for s in slot_leaves for x in s] + [count]
                 if self._fast is None or not self._fast.serves(treedef, leaves):
@@ -263,8 +263,8 @@ def _generated_update(optimizer, treedef, signature, run):
                   f"    {''.join(f'x{t * n + i}, ' for i in range(n))}= leaves"]
     for k, (shape, dtype) in enumerate(signature[:-1]):
         namespace[f"s{k}"], namespace[f"d{k}"] = shape, dtype
-        lines += [f"    if type(x{k}) is not Tensor or x{k}._weak: return None",
-                  f"    a{k} = x{k}._value",
+        lines += [f"    if type(x{k}) is not Tensor or x{k}.weak: return None",
+                  f"    a{k} = x{k}.value",
                   f"    if a{k}.shape != s{k} or a{k}.dtype != d{k}: return None"]
     outs = [f"o{k}" for k in range(len(signature) - 1 - n)]  # parameters and slots
     arrays = "".join(f"a{k}, " for k in range(len(signature) - 1))
@@ -279,9 +279,9 @@ def _generated_update(optimizer, treedef, signature, run):
 
 def _signature(leaves):
     """Shapes and dtypes of Tensor leaves (None when one is not a strong Tensor)."""
-    if not all(type(x) is Tensor and not x._weak for x in leaves):
+    if not all(type(x) is Tensor and not x.weak for x in leaves):
         return None
-    return tuple([(x._value.shape, x._value.dtype) for x in leaves])
+    return tuple([(x.value.shape, x.value.dtype) for x in leaves])
 
 
 def _is_none(x):

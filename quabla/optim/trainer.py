@@ -68,14 +68,14 @@ class Trainer:
         for name in optimizer.slots:
             leaves = tree.leaves(slot_state[name])
             operands += [leaves[i] for i in self._live]
-        operands.append(Tensor._wrap(np.zeros(())))
+        operands.append(Tensor.wrap(np.zeros(())))
         operands += [p_leaves[i] for i in dead]
         for d in self._data:
             operands += d.arrays
         self._order = self._live + dead  # parameter leaf of each parameter operand
         self._avals = [(tuple(t.shape), t.dtype.numpy) for t in operands]
         self._run = self._compile(loss, operands)
-        self._values = [self._put(t._value) for t in operands]
+        self._values = [self._put(t.value) for t in operands]
         self._loss = None
 
     # -- the compiled step -------------------------------------------------------------------
@@ -150,7 +150,7 @@ class Trainer:
         """The loss of the latest step (at the parameters before its update)."""
         if self._loss is None:
             raise RuntimeError("no step has run yet: call step() or fit() first")
-        return Tensor._wrap(self._get(self._loss, self._loss_aval))
+        return Tensor.wrap(self._get(self._loss, self._loss_aval))
 
     @property
     def params(self):
@@ -159,7 +159,7 @@ class Trainer:
         return self._params_tree([self._operand(k) for k in where])
 
     def _operand(self, k):
-        return Tensor._wrap(self._get(self._values[k], self._avals[k]))
+        return Tensor.wrap(self._get(self._values[k], self._avals[k]))
 
     @property
     def steps(self):
@@ -224,7 +224,7 @@ class Trainer:
         n = layout.n_live
         state = {"step": self.steps}
         for j, name in enumerate(self.optimizer.slots):
-            leaves = [Tensor._wrap(np.zeros(np.shape(p))) for p in tree.leaves(self.params)]
+            leaves = [Tensor.wrap(np.zeros(np.shape(p))) for p in tree.leaves(self.params)]
             for k, i in enumerate(self._live):
                 leaves[i] = self._operand((1 + j) * n + k)
             state[name] = self._p_tree.unflatten(leaves)
@@ -302,7 +302,7 @@ class _Data:
                 raise ValueError(
                     f"batch for data argument {position}, leaf {i}: {t.dtype}{list(t.shape)}, "
                     f"declared {dtype}{list(shape)}")
-            arrays.append(t._value)
+            arrays.append(t.value)
         return arrays
 
 

@@ -298,11 +298,11 @@ class _Traced:
 
     @staticmethod
     def const(value):
-        return Tensor._wrap(np.array(value, order="C"), False)
+        return Tensor.wrap(np.array(value, order="C"), False)
 
     @staticmethod
     def zeros(shape, like):
-        return Tensor._wrap(np.zeros(shape, like.dtype.numpy), False)
+        return Tensor.wrap(np.zeros(shape, like.dtype.numpy), False)
 
     @staticmethod
     def solve(a, r):

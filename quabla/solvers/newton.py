@@ -32,7 +32,7 @@ def _jacobian_graph(f, nbatch):
     batch = tuple(shape[:nbatch])
 
     def jac(x, *consts):
-        e = ops.astype(ops.broadcast_to(Tensor._wrap(basis, False), (n,) + tuple(shape)), x.dtype)
+        e = ops.astype(ops.broadcast_to(Tensor.wrap(basis, False), (n,) + tuple(shape)), x.dtype)
         cols = TRACED.apply(columns, x, *consts, e)[1]  # [n, *shape]: column j is J e_j
         return [TRACED.first_to_last(ops.reshape(cols, (n,) + batch + (n,)))]
 

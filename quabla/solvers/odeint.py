@@ -197,7 +197,7 @@ def _time_aval(func):
 
 
 def _avals(values):
-    return [(tuple(v.shape), v.dtype, v.weak_type) for v in values]
+    return [(tuple(v.shape), v.dtype, v.weak) for v in values]
 
 
 def _time_part(ws, lane, nbatch):
@@ -314,7 +314,7 @@ def odeint(func, y0, t, *args, rtol=1.4e-8, atol=1.4e-8, mxstep=float("inf"),
     if not mxstep >= 1 or not hmax > 0 or float(rtol) < 0 or float(atol) < 0:
         raise ValueError(f"odeint: mxstep must be >= 1, hmax > 0 and rtol, atol >= 0, got "
                          f"{mxstep}, {hmax}, {rtol}, {atol}")
-    s = Tensor._wrap(np.zeros((), y0.dtype.numpy), False)  # stands for the time: input 1
+    s = Tensor.wrap(np.zeros((), y0.dtype.numpy), False)  # stands for the time: input 1
     graph, consts, _ = operator_graph(start.function(func, "odeint's func"), y0,
                                       (s,) + tuple(args), "odeint's func")
     ys, info, reached = bind("odeint", y0, t, *consts[1:], func=graph, rtol=float(rtol),

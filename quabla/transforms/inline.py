@@ -9,7 +9,7 @@ __all__ = ["inline", "constant_tensor"]
 
 def constant_tensor(node):
     """The eager Tensor that a ``constant`` node holds."""
-    return Tensor._wrap(node.kw["value"].value, node.weak)
+    return Tensor.wrap(node.kw["value"].value, node.weak)
 
 
 def inline(graph, args):

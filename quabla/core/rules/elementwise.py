@@ -108,7 +108,7 @@ def _shape_rule(name, accepts, *args, **params):
     elif accepts == "float" and not dtype.is_floating:
         raise TypeError(f"{name} needs floating operands, got {dtype}")
     out_dtype = _dt.bool_ if accepts in ("bool", "compare") else dtype
-    weak = all(a._weak for a in args)
+    weak = all(a.weak for a in args)
     return shape, out_dtype, weak
 
 

@@ -35,7 +35,7 @@ def _dot_shape(lhs, rhs, *, dimension_numbers):
         + tuple(lhs.shape[d] for d in _free(lhs.ndim, lc, lb))
         + tuple(rhs.shape[d] for d in _free(rhs.ndim, rc, rb))
     )
-    return shape, lhs.dtype, lhs._weak and rhs._weak
+    return shape, lhs.dtype, lhs.weak and rhs.weak
 
 
 def dot_general_impl(lhs, rhs, *, dimension_numbers):
@@ -186,7 +186,7 @@ def _solve_shape(a, b, name="solve"):
         raise ValueError(
             f"{name}: b {list(b.shape)} is neither [..., n] nor [..., n, k] for a {list(a.shape)}"
         )
-    return tuple(b.shape), b.dtype, a._weak and b._weak
+    return tuple(b.shape), b.dtype, a.weak and b.weak
 
 
 def _solve_impl(a, b):
@@ -294,14 +294,14 @@ register(Primitive(
 
 def _cholesky_shape(a):
     _check_square(a, "cholesky")
-    return tuple(a.shape), a.dtype, a._weak
+    return tuple(a.shape), a.dtype, a.weak
 
 
 def _phi(x):
     """The lower triangle with the diagonal halved (of every matrix of the stack)."""
     n = x.shape[-1]
     weights = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
-    return ops.multiply(x, Tensor._wrap(weights.astype(x.dtype.numpy)))
+    return ops.multiply(x, Tensor.wrap(weights.astype(x.dtype.numpy)))
 
 
 def _cholesky_jvp(primals, tangents, out):

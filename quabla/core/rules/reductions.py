@@ -16,7 +16,7 @@ def _reduce_shape(accepts):
             raise TypeError("reductions need floating operands")
         if any(not 0 <= a < x.ndim for a in axes) or list(axes) != sorted(set(axes)):
             raise ValueError(f"reduction axes {axes} are invalid for rank {x.ndim}")
-        return tuple(n for d, n in enumerate(x.shape) if d not in axes), x.dtype, x._weak
+        return tuple(n for d, n in enumerate(x.shape) if d not in axes), x.dtype, x.weak
     return rule
 
 

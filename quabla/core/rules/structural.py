@@ -10,7 +10,7 @@ from ..tracing import bind
 
 
 def _same(x):
-    return x._weak
+    return x.weak
 
 
 def _zeros_like(aval):
@@ -42,7 +42,7 @@ def _broadcast_shape(x, *, shape, broadcast_dimensions):
         x.shape[i] != shape[d] for i, d in enumerate(dims)
     ):
         raise ValueError(f"broadcast_in_dim: cannot map {x.shape} into {list(shape)} along {dims}")
-    return tuple(shape), x.dtype, x._weak
+    return tuple(shape), x.dtype, x.weak
 
 
 def _broadcast_impl(x, *, shape, broadcast_dimensions):
@@ -76,7 +76,7 @@ register(Primitive(
 def _reshape_shape(x, *, new_shape):
     if int(np.prod(new_shape, dtype=np.int64)) != x.size:
         raise ValueError(f"reshape: cannot reshape {x.shape} to {list(new_shape)}")
-    return tuple(new_shape), x.dtype, x._weak
+    return tuple(new_shape), x.dtype, x.weak
 
 
 register(Primitive(
@@ -92,7 +92,7 @@ register(Primitive(
 # -- transpose --------------------------------------------------------------------------------
 
 def _transpose_shape(x, *, permutation):
-    return tuple(x.shape[p] for p in permutation), x.dtype, x._weak
+    return tuple(x.shape[p] for p in permutation), x.dtype, x.weak
 
 
 def _transpose_vjp(ct, primals, out, *, permutation):
@@ -114,7 +114,7 @@ register(Primitive(
 def _rev_shape(x, *, dimensions):
     if any(not 0 <= d < x.ndim for d in dimensions):
         raise ValueError(f"rev: dimensions {dimensions} are invalid for rank {x.ndim}")
-    return tuple(x.shape), x.dtype, x._weak
+    return tuple(x.shape), x.dtype, x.weak
 
 
 register(Primitive(
@@ -138,7 +138,7 @@ def _slice_shape(x, *, start_indices, limit_indices, strides):
         not 0 <= s < l <= n for s, l, n in zip(start_indices, limit_indices, x.shape)
     ):
         raise ValueError("slice: indices out of range")
-    return shape, x.dtype, x._weak
+    return shape, x.dtype, x.weak
 
 
 def _slice_impl(x, *, start_indices, limit_indices, strides):
@@ -170,7 +170,7 @@ def _padded(shape, low, high, interior):
 
 
 def _pad_shape(x, *, low, high, interior):
-    return _padded(x.shape, low, high, interior), x.dtype, x._weak
+    return _padded(x.shape, low, high, interior), x.dtype, x.weak
 
 
 def _pad_impl(x, *, low, high, interior):
@@ -205,7 +205,7 @@ def _concat_shape(*xs, axis):
     shape[axis] = sum(x.shape[axis] for x in xs)
     if any(x.dtype is not first.dtype for x in xs):
         raise TypeError("concatenate: operands must share a dtype")
-    return tuple(shape), first.dtype, all(x._weak for x in xs)
+    return tuple(shape), first.dtype, all(x.weak for x in xs)
 
 
 def _concat_jvp(primals, tangents, out, *, axis):
@@ -247,7 +247,7 @@ def _select_shape(pred, x, y):
         raise TypeError("select: the predicate must be bool_")
     if not (tuple(pred.shape) == tuple(x.shape) == tuple(y.shape)) or x.dtype is not y.dtype:
         raise TypeError("select: operands must share shape (and branches a dtype)")
-    return tuple(x.shape), x.dtype, x._weak and y._weak
+    return tuple(x.shape), x.dtype, x.weak and y.weak
 
 
 def _select_jvp(primals, tangents, out, **params):
@@ -298,7 +298,7 @@ def _cast_vjp(ct, primals, out, *, dtype):
 
 register(Primitive(
     "cast",
-    shape_rule=lambda x, *, dtype: (tuple(x.shape), dtype, x._weak),
+    shape_rule=lambda x, *, dtype: (tuple(x.shape), dtype, x.weak),
     impl=lambda x, *, dtype: x.astype(dtype.numpy),
     jvp=_cast_jvp, vjp=_cast_vjp,
     batch=lambda args, batched, size, *, dtype: (bind("cast", args[0], dtype=dtype), True),
@@ -345,7 +345,7 @@ def _check_index(x, i, name):
 
 def _dynamic_index_shape(x, i):
     _check_index(x, i, "dynamic_index")
-    return tuple(x.shape[:i.ndim]) + tuple(x.shape[i.ndim + 1:]), x.dtype, x._weak
+    return tuple(x.shape[:i.ndim]) + tuple(x.shape[i.ndim + 1:]), x.dtype, x.weak
 
 
 def _dynamic_index_impl(x, i):
@@ -387,7 +387,7 @@ def _dynamic_update_add_shape(x, i, v):
     if tuple(v.shape) != row or v.dtype is not x.dtype:
         raise ValueError(f"dynamic_update_add: a row of {x.dtype}{list(x.shape)} is "
                          f"{x.dtype}{list(row)}, got {v.dtype}{list(v.shape)}")
-    return tuple(x.shape), x.dtype, x._weak and v._weak
+    return tuple(x.shape), x.dtype, x.weak and v.weak
 
 
 def _dynamic_update_add_impl(x, i, v):
