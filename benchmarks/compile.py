@@ -11,7 +11,7 @@ not include the phases nested in it):
   import numba         importing Numba and the runtime helpers (lowering/numba_cpu/runtime.py)
   trace + transform    tracing the user function and the graph transforms (jvp, vjp, vmap...)
   rewrite              the rewriter (quabla/core/rewrite.py: CSE, folding, DCE)
-  schedule             fusion and tiling (lowering/schedule.py)
+  schedule             fusion and tiling (lowering/loopnest/schedule.py)
   codegen              generating the entry's source (lowering/numba_cpu/codegen.py)
   numba front end      bytecode analysis, SSA, Numba's IR rewrites
   numba typing         Numba's type inference
@@ -105,14 +105,14 @@ class Phases:
         import lowering
         import lowering.numba_cpu as backend
         from lowering import cache
-        from lowering.numba_cpu import codegen, target
+        from lowering.numba_cpu import emitter, target
         from quabla.core import rewrite
 
         simplify = rewrite.simplify
         for module in list(sys.modules.values()):  # every binding of simplify
             if getattr(module, "simplify", None) is simplify:
                 self.wrap(module, "simplify", "rewrite")
-        self.wrap(codegen, "schedule", "schedule")
+        self.wrap(emitter, "schedule", "schedule")
         self.wrap(backend, "generate", "codegen")
         for name in ("entry_key", "write_source", "read_object", "write_object"):
             self.wrap(cache, name, "cache")

@@ -22,15 +22,16 @@ from .ops import (
     concat, stack, mean, norm, matmul, einsum, solve, cholesky, tril, triu,
     abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
 )
-from .api import jit, grad, value_and_grad, jvp, vjp, vmap
-from .jacobians import jacobian, jacfwd, jacrev, hessian
+from .api import jit, grad, value_and_grad, jvp, vjp, vmap, jacobian, jacfwd, jacrev, hessian
 from .devices import devices
 from . import tree, random, optim, flatten_util
 from . import linalg
 from .control import cond, fori_loop, scan, while_loop
 from .solvers import newton, odeint
 from .checkpoint import save, load
-from .aot import ShapeDtype, Compiler, Program, Executable
+from .staging.signature import ShapeDtype
+from .staging.jit import Compiler
+from .staging.aot import Program, Executable
 
 
 

@@ -114,7 +114,8 @@ def op_counts(graph):
 
 def traced_graph(f, *args):
     """The graph of ``f`` traced (not transformed) for the shapes and dtypes of ``args``."""
-    from quabla.staging import Aval, trace_function
+    from quabla.staging.signature import Aval
+    from quabla.staging.transform import trace_function
 
     leaves, treedef = tree.flatten(tuple(args))
     template = [Aval(np.shape(leaf), qb.asarray(leaf).dtype) for leaf in leaves]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from quabla.api import _Jit
-from quabla.staging import Staged
+from quabla.staging.jit import Jit
+from quabla.staging.staged import Staged
 
 from helpers import assert_close
 
@@ -189,7 +189,7 @@ def test_max_traces_must_be_a_positive_int(bad):
     with pytest.raises(error, match="max_traces"):
         qb.jit(lambda x: x, max_traces=bad)
     with pytest.raises(error, match="max_traces"):
-        Staged(lambda x: x, _Jit(), max_traces=bad)
+        Staged(lambda x: x, Jit(), max_traces=bad)
 
 
 # -- item 10: the weak flag is part of the signature -------------------------------------------

@@ -76,7 +76,7 @@ def _mlp_pinn_loss(p, x):
 
 
 def _big_programs():
-    """Whole programs whose intermediates share scratch slots (lowering/buffers.py)."""
+    """Whole programs whose intermediates share scratch slots (lowering/loopnest/buffers.py)."""
     rng = np.random.default_rng(5)
     params = {"W1": qb.array(rng.normal(size=(1, 16))), "b1": qb.array(rng.normal(size=16)),
               "W2": qb.array(rng.normal(size=(16, 16)) / 4), "b2": qb.array(rng.normal(size=16)),

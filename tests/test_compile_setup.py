@@ -239,7 +239,7 @@ BLAS_PROGRAM = textwrap.dedent("""
 
 
 def test_blas_programs_import_neither_scipy_linalg_nor_numba_warm(tmp_path):
-    from lowering.numba_cpu.codegen import blas_available
+    from lowering.numba_cpu.linalg import blas_available
 
     if not blas_available():
         pytest.skip("no SciPy BLAS here")

@@ -2,15 +2,18 @@
 scan and while_loop; reverse mode (and second order) through cond, fori_loop and scan, with
 stored carries or checkpoints; against central differences and JAX."""
 
+import importlib
+
 import numpy as np
 import pytest
 
 import quabla as qb
-from quabla.control import autodiff
 from quabla.core.graph import GraphBuilder
 from quabla.core.rewrite import simplify
 from quabla import dtypes
 from quabla.errors import UnsupportedOperationError
+
+scan_region = importlib.import_module("quabla.control.scan")  # the module, not qb.scan
 
 
 def a(x):
@@ -349,12 +352,12 @@ def test_checkpointed_gradients_match_stored(monkeypatch):
     assert 4 not in _nested_scans(qb.jit(qb.grad(loss)).lower(p, xs).graph)
 
     # fresh functions: nothing staged under the default threshold is reused
-    monkeypatch.setattr(autodiff, "CHECKPOINT_BYTES", 100)  # 10 carries of 16 bytes: 160
+    monkeypatch.setattr(scan_region, "CHECKPOINT_BYTES", 100)  # 10 carries of 16 bytes: 160
     assert 4 in _nested_scans(qb.jit(qb.grad(lambda *v: loss(*v))).lower(p, xs).graph)
     checked = qb.grad(lambda *v: loss(*v), argnums=(0, 1))(p, xs)
     for s, c in zip(stored, checked):
         np.testing.assert_allclose(c, s, rtol=1e-13, atol=1e-15)
-    monkeypatch.setattr(autodiff, "CHECKPOINT_BYTES", 20)  # 5 carries of 8 bytes: 40
+    monkeypatch.setattr(scan_region, "CHECKPOINT_BYTES", 20)  # 5 carries of 8 bytes: 40
     checked2 = qb.grad(qb.grad(lambda v: loss2(v)))(p2)
     assert 3 in _nested_scans(qb.jit(qb.grad(qb.grad(lambda v: loss2(v)))).lower(p2).graph)
     assert float(checked2) == pytest.approx(float(stored2), rel=1e-13)

@@ -20,7 +20,7 @@ import quabla as qb
 from quabla.core.rules.elementwise import power_by_squaring
 from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph, module_source
-from lowering.schedule import TILE_BYTES, MIN_TILE_ROWS, _tile_rows
+from lowering.loopnest.schedule import TILE_BYTES, MIN_TILE_ROWS, _tile_rows
 
 TOL = dict(rtol=1e-10, atol=1e-12)
 

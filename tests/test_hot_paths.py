@@ -10,7 +10,7 @@ import pytest
 
 import quabla as qb
 from quabla import tree
-from quabla.staging import regrouped
+from quabla.staging.staged import regrouped
 
 Point = collections.namedtuple("Point", "x y")
 

@@ -17,11 +17,11 @@ import pytest
 
 import quabla as qb
 from helpers import mlp_net
-from lowering.buffers import ScratchPlan
+from lowering.loopnest.buffers import ScratchPlan
 from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
 from lowering.numba_cpu.codegen import generate
-from lowering.schedule import Group, TileBegin, schedule
+from lowering.loopnest.schedule import Group, TileBegin, schedule
 
 TOL = {qb.float64: dict(rtol=1e-10, atol=1e-12), qb.float32: dict(rtol=2e-5, atol=2e-6)}
 

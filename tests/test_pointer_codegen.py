@@ -13,7 +13,8 @@ import quabla as qb
 from helpers import assert_results_match
 from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
-from lowering.numba_cpu.codegen import _flat_index, blas_available
+from lowering.numba_cpu.linalg import blas_available
+from lowering.numba_cpu.source import flat_index
 from quabla.core.tracing import bind
 
 # the runtime's kernels that take arrays: the only place a carray view may appear
@@ -130,11 +131,11 @@ def test_matches_interpreter_twice(compiled):
 
 
 def test_offsets_fold_literals_and_unit_axes():
-    assert _flat_index((3, 4, 5), ["i0", "i1", "i2"]) == "20 * i0 + 5 * i1 + i2"
-    assert _flat_index((3, 4, 5), ["2", "i1", "1"]) == "5 * i1 + 41"
-    assert _flat_index((1, 4), ["j", "k + 1"]) == "k + 1"
-    assert _flat_index((6, 2), ["(r + i0)", "3 - i1"]) == "2 * (r + i0) + 3 - i1"
-    assert _flat_index((2, 2), ["0", "0"]) == "0"
+    assert flat_index((3, 4, 5), ["i0", "i1", "i2"]) == "20 * i0 + 5 * i1 + i2"
+    assert flat_index((3, 4, 5), ["2", "i1", "1"]) == "5 * i1 + 41"
+    assert flat_index((1, 4), ["j", "k + 1"]) == "k + 1"
+    assert flat_index((6, 2), ["(r + i0)", "3 - i1"]) == "2 * (r + i0) + 3 - i1"
+    assert flat_index((2, 2), ["0", "0"]) == "0"
 
 
 def test_copies_and_zero_fills_are_calls_not_loops():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-import quabla.api
+import quabla.staging.grad
 from quabla.core import tracing
 
 from helpers import assert_close
@@ -39,8 +39,8 @@ def transformed(caplog, monkeypatch):
     transform (the ``quabla`` log), and ``transformed.vjp``: the number of VJP transforms."""
     caplog.set_level(logging.INFO, logger="quabla")
     calls = []
-    vjp_graph = quabla.api.vjp_graph
-    monkeypatch.setattr(quabla.api, "vjp_graph",
+    vjp_graph = quabla.staging.grad.vjp_graph
+    monkeypatch.setattr(quabla.staging.grad, "vjp_graph",
                         lambda *a, **k: calls.append(1) or vjp_graph(*a, **k))
 
     def names():

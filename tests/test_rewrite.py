@@ -340,7 +340,7 @@ def test_transposes_fold_into_products(name, f, folded):
 def test_a_transposed_row_sum_is_accumulated_in_the_tile_loop():
     """``h.T @ g`` over a batch axis: once the transpose folds, the product sums over the rows
     and the batch runs tile by tile."""
-    from lowering.schedule import TileBegin, schedule
+    from lowering.loopnest.schedule import TileBegin, schedule
 
     rng = np.random.default_rng(15)
     x, w, v = (qb.array(rng.uniform(-1, 1, s)) for s in ((256, 32), (32, 32), (32,)))

@@ -18,7 +18,7 @@ import quabla as qb
 import test_loop_nests as loops
 from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph, module_source, threads
-from lowering.schedule import TileBegin, schedule
+from lowering.loopnest.schedule import TileBegin, schedule
 
 TOL = dict(rtol=1e-10, atol=1e-12)
 

@@ -1,4 +1,4 @@
-"""The MLX back end: a graph becomes one Python function of ``mlx.core`` calls (``rules.RULES``),
+"""The MLX back end: a graph becomes one Python function of ``mlx.core`` calls (``rules.lowering``),
 wrapped in ``mx.compile``. A graph holding a loop region is not one compiled function: its loops
 are Python loops calling their compiled bodies.
 
@@ -19,7 +19,7 @@ from quabla import dtypes as _dt
 from quabla.errors import UnsupportedOperationError
 
 from ..precision import requested, warn_narrowed
-from .rules import FLOAT32_ACCURATE, RULES
+from .rules import FLOAT32_ACCURATE, lowering
 
 __all__ = ["compile_graph", "check_supported", "check_float64", "MlxExecutable", "DEVICE"]
 
@@ -30,7 +30,7 @@ _LOCK = threading.Lock()
 def check_supported(graph, device=DEVICE):
     """Raise ``UnsupportedOperationError`` for the first op (in any region) MLX cannot lower."""
     for node in graph.walk():
-        if node.op not in RULES and node.op not in ("input", "constant"):
+        if node.op not in ("input", "constant") and lowering(node.op) is None:
             raise UnsupportedOperationError(
                 f"operation {node.op!r} has no MLX lowering; run this function on device='cpu'",
                 op=node.op, device=DEVICE,
@@ -86,7 +86,7 @@ def _program(graph, ctx):
     """The graph as a function of MLX arrays (one per input) returning a list of arrays."""
     constants = {nid: mx.array(node.kw["value"].value, dtype=ctx.dtype(node.dtype))
                  for nid, node in enumerate(graph.nodes) if node.op == "constant"}
-    steps = [(nid, RULES[node.op], node.operands, dict(node.params))
+    steps = [(nid, lowering(node.op), node.operands, dict(node.params))
              for nid, node in enumerate(graph.nodes) if node.op not in ("input", "constant")]
 
     def program(*inputs):

@@ -5,82 +5,24 @@ Each rule computes what the primitive's NumPy ``impl`` computes, with ``mlx.core
 stream (MLX's factorizations and solves run on its CPU stream only) and ``function(graph)``, the
 lowered function of a region's sub-graph. Loops (``scan``, ``while``) are Python loops calling
 their compiled body; ``cond`` selects between both branches inside the compiled program, or,
-where a branch holds a loop, runs the branch its predicate picks. An op missing
-from ``RULES`` is rejected before anything runs (``lowering.mlx.check_supported``), and so is,
+where a branch holds a loop, runs the branch its predicate picks. The elementwise ops of
+``elementwise.yaml`` get their rules from the table's ``mlx`` templates (``elementwise.py``). An
+op without a rule (``lowering``) is rejected before anything runs (``lowering.mlx.check_supported``), and so is,
 under ``precision="float64"``, an op of ``FLOAT32_ACCURATE``: MLX's CPU kernels compute it for
 float64 arrays only to float32 accuracy.
 """
 
-import math
-
 import mlx.core as mx
 
 from quabla import dtypes as _dt
-from quabla.core.rules.elementwise import power_by_squaring
+from ..loopnest.products import product
+from .elementwise import elementwise_rule
 
-__all__ = ["RULES", "FLOAT32_ACCURATE"]
+__all__ = ["RULES", "FLOAT32_ACCURATE", "lowering"]
 
 FLOAT32_ACCURATE = frozenset({"sin", "cos"})
-_LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = hi + lo
 
-
-def _sign(x):
-    """sign that keeps the sign of a zero and NaN, as ``np.copysign(np.sign(x), x)``."""
-    one = mx.ones_like(x)
-    return mx.where(x > 0, one, mx.where(x < 0, -one, x))
-
-
-def _relu(x):
-    return mx.where((x > 0) | mx.isnan(x), x, mx.zeros_like(x))
-
-
-def _exp(x):
-    """exp; in float64 as 2^k (expm1(r) + 1), x = k ln 2 + r, since MLX's own float64 exp is
-    only float32-accurate (its expm1 is not). 2^k is split in two halves so that it does not
-    overflow before exp does; beyond |x| = 746 exp is 0, inf or NaN, as MLX gives it."""
-    if x.dtype != mx.float64:
-        return mx.exp(x)
-    inside = mx.abs(x) < 746.0
-    k = mx.round(mx.where(inside, x, 0.0) * (1.0 / _LN2_HI))
-    r = (x - k * _LN2_HI) - k * _LN2_LO
-    half = mx.floor(k * 0.5)
-    two = mx.array(2.0, dtype=x.dtype)
-    scaled = (mx.expm1(r) + 1.0) * mx.power(two, half) * mx.power(two, k - half)
-    return mx.where(inside, scaled, mx.exp(x))
-
-
-def _softplus(x):
-    return mx.log1p(_exp(-mx.abs(x))) + mx.maximum(x, mx.zeros_like(x))
-
-
-def _logistic(x):
-    return 1.0 / (1.0 + _exp(-x))
-
-
-def _unary(fn):
-    return lambda ctx, x: fn(x)
-
-
-def _binary(fn):
-    return lambda ctx, x, y: fn(x, y)
-
-
-_ELEMENTWISE = {
-    "neg": _unary(mx.negative), "sin": _unary(mx.sin), "cos": _unary(mx.cos),
-    "exp": _unary(_exp), "log": _unary(mx.log), "log1p": _unary(mx.log1p),
-    "expm1": _unary(mx.expm1), "tanh": _unary(mx.tanh), "sqrt": _unary(mx.sqrt),
-    "abs": _unary(mx.abs), "sign": _unary(_sign), "logistic": _unary(_logistic),
-    "relu": _unary(_relu), "softplus": _unary(_softplus), "stop_gradient": _unary(mx.array),
-    "integer_pow": lambda ctx, x, *, n: power_by_squaring(mx.ones_like(x), x, n),
-    "add": _binary(mx.add), "sub": _binary(mx.subtract), "mul": _binary(mx.multiply),
-    "div": _binary(mx.divide), "pow": _binary(mx.power),
-    "max": _binary(mx.maximum), "min": _binary(mx.minimum),  # both propagate NaN, as NumPy's
-    "gt": _binary(mx.greater), "ge": _binary(mx.greater_equal), "lt": _binary(mx.less),
-    "le": _binary(mx.less_equal), "eq": _binary(mx.equal), "ne": _binary(mx.not_equal),
-    "isfinite": _unary(mx.isfinite), "isnan": _unary(mx.isnan),
-    "and": _binary(mx.logical_and), "or": _binary(mx.logical_or), "not": _unary(mx.logical_not),
-    "select": lambda ctx, p, x, y: mx.where(p, x, y),
-}
+_SELECT = {"select": lambda ctx, p, x, y: mx.where(p, x, y)}
 
 
 def _cast(ctx, x, *, dtype):
@@ -169,17 +111,13 @@ _REDUCTIONS = {
 
 def _dot_general(ctx, lhs, rhs, *, dimension_numbers):
     """(batch, free, contract) x (batch, contract, free) through one batched matmul."""
-    (lc, rc), (lb, rb) = dimension_numbers
-    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
-    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
-    size = lambda x, dims: math.prod(x.shape[d] for d in dims)
-    a = mx.transpose(lhs, list(lb) + lf + list(lc)).reshape(
-        size(lhs, lb), size(lhs, lf), size(lhs, lc))
-    b = mx.transpose(rhs, list(rb) + list(rc) + rf).reshape(
-        size(rhs, rb), size(rhs, rc), size(rhs, rf))
-    shape = ([lhs.shape[d] for d in lb] + [lhs.shape[d] for d in lf]
-             + [rhs.shape[d] for d in rf])
-    return mx.matmul(a, b).reshape(shape)
+    p = product(dimension_numbers, lhs.shape, rhs.shape)
+    a = mx.transpose(lhs, list(p.lhs_order)).reshape(p.B, p.M, p.K)
+    b = mx.transpose(rhs, list(p.rhs_order)).reshape(p.B, p.K, p.N)
+    (contracted, _), _ = dimension_numbers
+    batch_and_rows = p.lhs_order[:len(p.lhs_order) - len(contracted)]
+    return mx.matmul(a, b).reshape([lhs.shape[d] for d in batch_and_rows]
+                                   + [rhs.shape[d] for d in p.rhs_free])
 
 
 def _as_matrices(solver):
@@ -240,4 +178,10 @@ def _cond(ctx, pred, *operands, true_fun, false_fun):
 
 _REGIONS = {"scan": _scan, "while": _while, "cond": _cond}
 
-RULES = {**_ELEMENTWISE, **_STRUCTURAL, **_REDUCTIONS, **_LINALG, **_REGIONS}
+RULES = {**_SELECT, **_STRUCTURAL, **_REDUCTIONS, **_LINALG, **_REGIONS}
+
+
+def lowering(op):
+    """The rule of ``op``: its entry of ``RULES``, or, for an op of ``elementwise.yaml``, the
+    rule built from its ``mlx`` template (``elementwise.py``); None if MLX has none."""
+    return RULES.get(op) or elementwise_rule(op)

@@ -135,7 +135,7 @@ class NativeExecutable:
     results, appends the constants and a set of scratch buffers to the argument tuple, and makes
     one foreign call. Scratch sets are pooled, so concurrent calls (the entry runs without the
     GIL) each get their own and a sequential caller reuses one. A threaded entry is called in
-    ``phases`` (codegen._phased): before its tile loop, each thread's block of tiles (on the
+    ``phases`` (passes.phased): before its tile loop, each thread's block of tiles (on the
     threads of threads.run_blocks), after it."""
 
     def __init__(self, graph, address, keep, constants, buffers, source, phases=None):

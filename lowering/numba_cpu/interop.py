@@ -5,7 +5,7 @@ the item pointers, and at ``ARRAY_DATA`` bytes into each item its data pointer
 (``lowering/native.py``). Numba code can build that layout in an integer array of its own, so a
 generated ``njit`` function allocates the results and scratch with ``np.empty``, fills in the
 pointers and calls the entry's address as a ``ctypes`` function: no Python object and no
-interpreter round trip per call. A threaded entry (codegen._phased) is called once per
+interpreter round trip per call. A threaded entry (passes.phased) is called once per
 phase control row, all on the caller's thread: the user's code decides about threads. The
 machine code and the constants it reads are pinned for the life of the process, as Numba's own
 compiled code is: the dispatcher can be called from code compiled long after the executable is

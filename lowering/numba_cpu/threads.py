@@ -1,4 +1,4 @@
-"""Threads for the tile loop of a batch axis (lowering/schedule.py's ``TileBegin``).
+"""Threads for the tile loop of a batch axis (lowering/loopnest/schedule.py's ``TileBegin``).
 
 A program whose tile loop is worth splitting is compiled as a phased entry (codegen.py): one
 call runs what comes before the loop, then each thread runs its block of tiles with its own

@@ -2,8 +2,8 @@
 
 Each traces its bodies (``regions.trace_body``), checks that carries keep their structure,
 shapes and dtypes and that branches agree, hoists loop-invariant work out of loop bodies and
-binds one region primitive (``primitives.py``). A weak-typed carry (a Python number) adopts
-the dtype its body gives it, as in JAX.
+binds one region primitive (``cond.py``, ``scan.py``, ``while_.py``). A weak-typed carry (a
+Python number) adopts the dtype its body gives it, as in JAX.
 """
 
 import numpy as np
@@ -13,8 +13,8 @@ from .. import ops, tree
 from ..array import Array, as_index
 from ..core.tracing import TraceTensor, bind
 from ..transforms.inline import inline
-from .primitives import INDEX_DTYPE
-from .regions import as_leaf, aval, aval_texts, hoist, trace_body, with_inputs
+from .regions import as_leaf, aval, avals, aval_texts, hoist, trace_body, with_inputs
+from .scan import INDEX_DTYPE
 
 __all__ = ["cond", "fori_loop", "scan", "while_loop"]
 
@@ -22,10 +22,6 @@ __all__ = ["cond", "fori_loop", "scan", "while_loop"]
 def _leaves(value, what):
     leaves, treedef = tree.flatten(value)
     return [as_leaf(leaf, what) for leaf in leaves], treedef
-
-
-def _avals3(values):
-    return [(tuple(v.shape), v.dtype, v.weak) for v in values]
 
 
 def _index_template():
@@ -54,8 +50,8 @@ def cond(pred, true_fun, false_fun, *operands):
     branches = _agree(branches, true_fun, false_fun, args)
     t, f = branches
     n = len(leaves)
-    true_graph = with_inputs(t.graph, _avals3(f.captures), n + len(t.captures))
-    false_graph = with_inputs(f.graph, _avals3(t.captures), n)
+    true_graph = with_inputs(t.graph, avals(f.captures), n + len(t.captures))
+    false_graph = with_inputs(f.graph, avals(t.captures), n)
     outs = bind("cond", pred, *leaves, *t.captures, *f.captures,
                 true_fun=true_graph, false_fun=false_graph)
     return t.out_tree.unflatten(outs)
@@ -287,8 +283,8 @@ def while_loop(cond_fun, body_fun, init_val):
     body_graph, body_outer = hoist(body.graph, n)
     cond_consts = inline(cond_outer, test.captures)
     body_consts = inline(body_outer, body.captures)
-    cond_graph = with_inputs(cond_graph, _avals3(body_consts), n + len(cond_consts))
-    body_graph = with_inputs(body_graph, _avals3(cond_consts), n)
+    cond_graph = with_inputs(cond_graph, avals(body_consts), n + len(cond_consts))
+    body_graph = with_inputs(body_graph, avals(cond_consts), n)
     outs = bind("while", *init_leaves, *cond_consts, *body_consts, cond_fun=cond_graph,
                 body=body_graph, n_carry=n)
     return carry_tree.unflatten(outs)

@@ -5,6 +5,11 @@ closes over becomes capture inputs (enclosing tracers) or constants (eager array
 node's operands are its explicit inputs followed by the outer values of its captures. Loop
 bodies then have their loop-invariant part hoisted out (``hoist``): it runs once, before the
 loop, and reaches the body as operands.
+
+The rules of the regions build their new sub-graphs with the rest: ``traced`` (a function of
+tracers as a graph), ``rewire`` (inputs reordered, outputs picked), ``with_inputs`` (unused
+inputs inserted), ``restrict`` (inputs and outputs dropped), ``merge_graphs`` (several graphs
+over the same inputs as one), and read them with ``input_masks`` and ``nonzero``.
 """
 
 import numpy as np
@@ -12,12 +17,15 @@ import numpy as np
 from .. import dtypes as _dt
 from .. import tree
 from ..array import Array, asarray
-from ..core.graph import GraphBuilder, aval_text
+from ..core.graph import Graph, GraphBuilder, aval_text
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, trace_frame
 from ..ops import astype, weak_scalar
+from ..transforms.inline import inline
 
-__all__ = ["Body", "trace_body", "as_leaf", "hoist", "with_inputs", "aval", "aval_texts"]
+__all__ = ["Body", "trace_body", "as_leaf", "aval", "avals", "aval_texts", "graph_input",
+           "traced", "rewire", "with_inputs", "hoist", "restrict", "merge_graphs",
+           "input_masks", "bits", "nonzero"]
 
 _PYTHON_SCALARS = (bool, int, float)
 
@@ -40,8 +48,14 @@ def aval(x):
     return tuple(x.shape), x.dtype
 
 
-def aval_texts(avals):
-    return "(" + ", ".join(aval_text(*a) for a in avals) + ")"
+def avals(values):
+    """``(shape, dtype, weak)`` of each array or graph node of ``values``."""
+    return [(tuple(v.shape), v.dtype, v.weak) for v in values]
+
+
+def aval_texts(pairs):
+    """``(shape, dtype)`` pairs as text, for error messages."""
+    return "(" + ", ".join(aval_text(*a) for a in pairs) + ")"
 
 
 class Body:
@@ -81,22 +95,49 @@ def trace_body(fun, args, what, cast=None):
     return Body(simplify(graph), list(frame.captures), out_tree)
 
 
-def with_inputs(graph, avals, at):
-    """``graph`` with unused inputs of ``avals`` (``(shape, dtype, weak)``) inserted before its
-    input ``at``: branches and loop parts that take one shared operand list."""
+# -- building sub-graphs ------------------------------------------------------------------------
+
+def graph_input(graph, k):
+    """Input ``k`` of ``graph`` as ``traced`` takes it: ``(shape, dtype, weak, name)``."""
+    node = graph.nodes[graph.inputs[k]]
+    return node.shape, node.dtype, node.weak, graph.input_names[k]
+
+
+def traced(inputs, fun):
+    """The graph of ``fun(tracers) -> values`` over inputs ``(shape, dtype, weak, name)``."""
+    frame = TraceFrame()
+    with trace_frame(frame):
+        args = [frame.new_input(s, d, name, w) for s, d, w, name in inputs]
+        graph = frame.build([frame.operand(v) for v in fun(args)])
+    return simplify(graph)
+
+
+def rewire(graph, order, outputs):
+    """``graph`` whose input ``k`` is its old input ``order[k]``, returning ``outputs``."""
+    def fun(args):
+        full = [None] * len(order)
+        for position, k in enumerate(order):
+            full[k] = args[position]
+        outs = inline(graph, full)
+        return [outs[k] for k in outputs]
+    return traced([graph_input(graph, k) for k in order], fun)
+
+
+def _copy_input(builder, graph, k, name=None):
+    node = graph.nodes[graph.inputs[k]]
+    return builder.input(node.shape, node.dtype, name or graph.input_names[k], node.weak)
+
+
+def with_inputs(graph, unused, at):
+    """``graph`` with unused inputs of avals ``unused`` (``(shape, dtype, weak)``) inserted
+    before its input ``at``: branches and loop parts that take one shared operand list."""
     b = GraphBuilder()
-    remap = {}
-    olds = list(graph.inputs)
-    for k, nid in enumerate(olds[:at]):
-        remap[nid] = b.input(*aval(graph.nodes[nid]), graph.input_names[k], graph.nodes[nid].weak)
-    for shape, dtype, weak in avals:
+    n = len(graph.inputs)
+    remap = {graph.inputs[k]: _copy_input(b, graph, k) for k in range(at)}
+    for shape, dtype, weak in unused:
         b.input(shape, dtype, f"unused{len(b.inputs)}", weak)
-    for k, nid in enumerate(olds[at:], at):
-        remap[nid] = b.input(*aval(graph.nodes[nid]), graph.input_names[k], graph.nodes[nid].weak)
-    for nid, node in enumerate(graph.nodes):
-        if node.op != "input":
-            remap[nid] = b.add(node.op, tuple(remap[o] for o in node.operands), node.params,
-                               node.shape, node.dtype, node.weak)
+    remap.update((graph.inputs[k], _copy_input(b, graph, k)) for k in range(at, n))
+    b.copy_nodes(graph, remap)
     return b.build([remap[o] for o in graph.outputs])
 
 
@@ -113,8 +154,6 @@ def hoist(graph, n_variant):
     rest = set(graph.inputs[n_variant:])
     reads_rest = set(rest)  # invariant nodes computed from the non-variant inputs
     for nid, node in enumerate(nodes):
-        if node.op == "input":
-            continue
         if any(o in variant for o in node.operands):
             variant.add(nid)
         elif any(o in reads_rest for o in node.operands):
@@ -125,10 +164,9 @@ def hoist(graph, n_variant):
         return nid not in reads_rest or (node.op == "broadcast_in_dim" and nid not in rest)
 
     boundary, inside = [], set()
-    needed = [o for o in graph.outputs]
+    needed = list(graph.outputs)
     for nid in variant:
-        if nodes[nid].op != "input":
-            needed.extend(nodes[nid].operands)
+        needed.extend(nodes[nid].operands)
     seen = set()
     while needed:
         nid = needed.pop()
@@ -143,24 +181,92 @@ def hoist(graph, n_variant):
     boundary.sort()
 
     b = GraphBuilder()
-    remap = {}
-    for k, nid in enumerate(graph.inputs[:n_variant]):
-        remap[nid] = b.input(*aval(nodes[nid]), graph.input_names[k], nodes[nid].weak)
+    remap = {graph.inputs[k]: _copy_input(b, graph, k) for k in range(n_variant)}
     for nid in boundary:
         remap[nid] = b.input(*aval(nodes[nid]), f"hoisted{len(b.inputs)}", nodes[nid].weak)
-    for nid, node in enumerate(nodes):
-        if node.op != "input" and (nid in variant or nid in inside) and nid not in remap:
-            remap[nid] = b.add(node.op, tuple(remap[o] for o in node.operands), node.params,
-                               node.shape, node.dtype, node.weak)
+    b.copy_nodes(graph, remap, keep=variant | inside)
     body = simplify(b.build([remap[o] for o in graph.outputs]))
 
     ob = GraphBuilder()
-    oremap = {}
-    for k, nid in enumerate(graph.inputs[n_variant:], n_variant):
-        oremap[nid] = ob.input(*aval(nodes[nid]), graph.input_names[k], nodes[nid].weak)
-    for nid, node in enumerate(nodes):
-        if node.op != "input" and nid not in variant:
-            oremap[nid] = ob.add(node.op, tuple(oremap[o] for o in node.operands), node.params,
-                                 node.shape, node.dtype, node.weak)
+    oremap = {graph.inputs[k]: _copy_input(ob, graph, k)
+              for k in range(n_variant, len(graph.inputs))}
+    ob.copy_nodes(graph, oremap, keep=set(range(len(nodes))) - variant)
     outer = simplify(ob.build([oremap[o] for o in boundary]))
     return body, outer
+
+
+def restrict(graph, inputs, outputs):
+    """``graph`` with only the inputs and outputs at the given positions (the dropped inputs
+    are not read by the kept outputs)."""
+    b = GraphBuilder()
+    remap = {graph.inputs[k]: _copy_input(b, graph, k) for k in inputs}
+    live = set(graph.outputs[k] for k in outputs)
+    for nid in range(len(graph.nodes) - 1, -1, -1):
+        if nid in live:
+            live.update(graph.nodes[nid].operands)
+    b.copy_nodes(graph, remap, keep=live)
+    return b.build([remap[graph.outputs[k]] for k in outputs])
+
+
+def merge_graphs(slots, fixed):
+    """Merge each slot's graphs (one per region, all over the same inputs) into one graph
+    returning the first's outputs, then the others' outputs after the first ``fixed`` ones
+    (the shared carries); equal outputs are returned once. Returns the graphs and, per
+    region, its map of old output positions to new ones."""
+    merged = []
+    for graphs in slots:
+        b = GraphBuilder()
+        first = graphs[0]
+        ins = [_copy_input(b, first, k) for k in range(len(first.inputs))]
+        outs = []
+        for j, g in enumerate(graphs):
+            remap = b.copy_nodes(g, dict(zip(g.inputs, ins)))
+            outs.extend(remap[o] for o in (g.outputs if j == 0 else g.outputs[fixed:]))
+        merged.append(simplify(b.build(outs)))
+    unique, where, position = [], {}, []
+    for p, key in enumerate(zip(*(g.outputs for g in merged))):
+        if p >= fixed and key in where:
+            position.append(where[key])
+            continue
+        if p >= fixed:  # a stacked y equal to a carry's node is still another result
+            where[key] = len(unique)
+        position.append(len(unique))
+        unique.append(p)
+    graphs = [Graph(g.nodes, g.inputs, [g.outputs[p] for p in unique], g.input_names)
+              for g in merged]
+    maps, start = [], 0
+    for j, g in enumerate(slots[0]):
+        count = len(g.outputs)
+        maps.append({r: position[r if j == 0 or r < fixed else start + r - fixed]
+                     for r in range(count)})
+        start = count if j == 0 else start + count - fixed
+    return graphs, maps
+
+
+# -- reading sub-graphs -------------------------------------------------------------------------
+
+def input_masks(graph):
+    """Per output, a bit mask of the inputs (by position) it depends on."""
+    masks = {nid: 1 << k for k, nid in enumerate(graph.inputs)}
+    for nid, node in enumerate(graph.nodes):
+        if nid not in masks:
+            mask = 0
+            for o in node.operands:
+                mask |= masks[o]
+            masks[nid] = mask
+    return [masks[o] for o in graph.outputs]
+
+
+def bits(mask, positions):
+    """The ``positions`` set in ``mask``."""
+    return [k for k in positions if mask >> k & 1]
+
+
+def nonzero(graph, first, outputs):
+    """For each of ``outputs`` (indices), whether it depends on the inputs from ``first`` on:
+    a tangent or cotangent output is zero exactly when it does not (it is linear in them)."""
+    active = set(graph.inputs[first:])
+    for nid, node in enumerate(graph.nodes):
+        if any(o in active for o in node.operands):
+            active.add(nid)
+    return [graph.outputs[k] in active for k in outputs]

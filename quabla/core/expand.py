@@ -9,9 +9,9 @@ expansion is expanded again until no such node is left. ``quabla.lower`` runs it
 hands a graph to ``lowering``.
 """
 
-from ..array import Tensor
 from .graph import Graph
 from .primitives import PRIMITIVES
+from .replay import replay
 from .rewrite import simplify
 from .tracing import TraceFrame, bind, trace_frame
 
@@ -24,15 +24,11 @@ def needs_expansion(graph):
                for node in graph.walk())
 
 
-def _expanded_params(node):
-    params = {}
-    for name, value in node.params:
-        if isinstance(value, Graph):
-            value = expand(value)
-        elif isinstance(value, tuple) and any(isinstance(v, Graph) for v in value):
-            value = tuple(expand(v) if isinstance(v, Graph) else v for v in value)
-        params[name] = value
-    return params
+def _expand_node(node, args):
+    """``node``'s expansion, or the node itself with its sub-graphs expanded."""
+    params = Graph.map_sub_graphs(node, expand)
+    rule = PRIMITIVES[node.op].expand
+    return rule(*args, **params) if rule is not None else bind(node.op, *args, **params)
 
 
 def expand(graph):
@@ -41,19 +37,7 @@ def expand(graph):
         return graph
     frame = TraceFrame()
     with trace_frame(frame):
-        env = {nid: frame.input_like(graph, k) for k, nid in enumerate(graph.inputs)}
-        for nid, node in enumerate(graph.nodes):
-            if node.op == "input":
-                continue
-            if node.op == "constant":
-                env[nid] = Tensor.wrap(node.kw["value"].value, node.weak)
-                continue
-            if node.op == "get":
-                env[nid] = env[node.operands[0]][node.kw["index"]]
-                continue
-            args = [env[o] for o in node.operands]
-            params = _expanded_params(node)
-            rule = PRIMITIVES[node.op].expand
-            env[nid] = rule(*args, **params) if rule is not None else bind(node.op, *args, **params)
-        result = frame.build([frame.operand(env[o]) for o in graph.outputs])
+        inputs = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
+        outs = replay(graph, inputs, _expand_node)
+        result = frame.build([frame.operand(v) for v in outs])
     return expand(simplify(result))

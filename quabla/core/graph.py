@@ -173,6 +173,17 @@ class Graph:
                 if isinstance(item, Graph):
                     yield item
 
+    @staticmethod
+    def map_sub_graphs(node, fun):
+        """``node``'s params as a dict, each graph they hold replaced by ``fun(graph)``."""
+        def mapped(value):
+            if isinstance(value, Graph):
+                return fun(value)
+            if isinstance(value, tuple) and any(isinstance(v, Graph) for v in value):
+                return tuple(mapped(v) for v in value)
+            return value
+        return {name: mapped(value) for name, value in node.params}
+
     def walk(self):
         """Every node of this graph and of the sub-graphs its nodes hold, depth first: what a
         whole-program check (a back end's support check, expansion) looks at."""
@@ -272,6 +283,17 @@ class GraphBuilder:
         nid = self.add(op, operands, params, (), RESULTS)
         return [self.add("get", (nid,), (("index", k),), shape, dtype, weak)
                 for k, (shape, dtype, weak) in enumerate(avals)]
+
+    def copy_nodes(self, graph, remap, keep=None):
+        """Append the nodes of ``graph`` that ``keep`` holds (all if None) and ``remap`` does
+        not map yet, reading operand ``o`` as ``remap[o]``; ``remap`` (``graph``'s node ids to
+        ids here) gains them. Inputs are never copied: ``remap`` maps those that are read."""
+        inputs = set(graph.inputs)
+        for nid, node in enumerate(graph.nodes):
+            if nid not in remap and nid not in inputs and (keep is None or nid in keep):
+                remap[nid] = self.add(node.op, tuple(remap[o] for o in node.operands),
+                                      node.params, node.shape, node.dtype, node.weak)
+        return remap
 
     def build(self, outputs):
         return Graph(self.nodes, self.inputs, outputs, self.input_names)

@@ -39,7 +39,13 @@ class Primitive:
     - ``vjp(ct, primals, out, **params) -> [cotangent | Zero | None per operand]``.
     - ``batch(args, batched, size, **params) -> (out, out_batched)``: the batch axis leads.
     - ``differentiable=False`` marks ops with no derivative (comparisons, bool logic).
-    - ``elementwise``: the lowering fuses it into loop nests through its scalar template.
+    - ``kind``: the op's class, which the scheduler, the rewriter and the emitters read:
+      ``"elementwise"`` (fused into loop nests through its scalar template ``scalar``),
+      ``"index_map"`` (fused as a remapped read of its operand: broadcast, transpose, slice,
+      rev), ``"reduction"`` (fused as an accumulation starting from ``identity``),
+      ``"region"`` (control flow around sub-graphs), or None (a whole-array operation).
+    - ``cheap(params) -> bool``: an elementwise op worth computing again in a later loop
+      rather than storing (arithmetic and comparisons, not transcendental functions).
     - ``multiple_results``: the shape rule returns a list of avals, ``impl`` a list of arrays,
       and ``jvp``/``vjp``/``batch`` take and return one entry per result (``vjp`` gets a list of
       cotangents). Control-flow regions are such primitives; their params hold sub-``Graph``s.
@@ -55,12 +61,13 @@ class Primitive:
 
     __slots__ = (
         "name", "shape_rule", "impl", "jvp", "vjp", "batch", "differentiable",
-        "elementwise", "scalar", "foldable", "spec", "multiple_results", "expand", "vjp_wanted",
+        "kind", "identity", "cheap", "scalar", "foldable", "spec", "multiple_results", "expand", "vjp_wanted",
         "dependence",
     )
 
     def __init__(self, name, *, shape_rule, impl, jvp=None, vjp=None, batch=None,
-                 differentiable=True, elementwise=False, scalar=None, foldable=True, spec=None,
+                 differentiable=True, kind=None, identity=None, cheap=None, scalar=None,
+                 foldable=True, spec=None,
                  multiple_results=False, expand=None, vjp_wanted=False, dependence=None):
         self.name = name
         self.shape_rule = shape_rule
@@ -69,7 +76,9 @@ class Primitive:
         self.vjp = vjp
         self.batch = batch
         self.differentiable = differentiable
-        self.elementwise = elementwise
+        self.kind = kind
+        self.identity = identity  # a reduction's value over no elements
+        self.cheap = cheap or _never
         self.scalar = scalar  # scalar code template for the loop-nest back ends
         self.foldable = foldable
         self.spec = spec  # the declarative entry (elementwise.yaml) this rule table came from
@@ -78,8 +87,16 @@ class Primitive:
         self.vjp_wanted = vjp_wanted
         self.dependence = dependence
 
+    @property
+    def elementwise(self):
+        return self.kind == "elementwise"
+
     def __repr__(self):
         return f"<Primitive {self.name}>"
+
+
+def _never(params):
+    return False
 
 
 def register(prim):

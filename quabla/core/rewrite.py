@@ -12,17 +12,30 @@ import numpy as np
 from .graph import Const, Graph, GraphBuilder
 from .primitives import PRIMITIVES
 
-__all__ = ["REGION_RULES", "simplify"]
+__all__ = ["REGION_RULES", "RegionRules", "simplify"]
 
 FOLD_LIMIT = 1 << 16  # fold constant expressions up to this many elements
 
-# op -> how the rewriter sees into a region (registered by ``quabla.control``):
-#   prune(node, read) -> None when every result index in ``read`` and every operand is needed,
-#       else ``(kept operand positions, params, {old result index: new index})``;
-#   merge_key(node) -> None or a hashable key: regions with equal keys compute the same loop
-#       (or branch) over the same operands, so one region can give the results of all;
-#   merge(nodes) -> ``(params, [{old result index: new index} per node])``.
-REGION_RULES = {}
+
+class RegionRules:
+    """How the rewriter sees into a region (each region primitive registers its own):
+
+    - ``prune(node, read)`` -> None when every result index in ``read`` and every operand is
+      needed, else ``(kept operand positions, params, {old result index: new index})``;
+    - ``merge_key(node)`` -> None or a hashable key: regions with equal keys compute the same
+      loop (or branch) over the same operands, so one region can give the results of all;
+    - ``merge(nodes)`` -> ``(params, [{old result index: new index} per node])``.
+    """
+
+    __slots__ = ("prune", "merge_key", "merge")
+
+    def __init__(self, prune, merge_key=None, merge=None):
+        self.prune = prune
+        self.merge_key = merge_key or (lambda node: None)
+        self.merge = merge
+
+
+REGION_RULES = {}  # op -> its RegionRules (filled by ``quabla.control``)
 
 
 def simplify(graph, max_passes=4):
@@ -198,7 +211,7 @@ def _identity(s, op, operands, node):
             return s.emit("broadcast_in_dim", inner.operands,
                           (("broadcast_dimensions", composed), ("shape", node.shape)),
                           node.shape, node.dtype, node.weak)
-    elif op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"):
+    elif PRIMITIVES[op].kind == "reduction":
         if not kw["axes"]:
             return operands[0]
     elif op == "dot_general":

@@ -57,7 +57,7 @@ class Optimizer:
 
     def __init__(self, learning_rate, clip_norm=None):
         object.__setattr__(self, "_programs", {})
-        self._next_count = (None, None)
+        self._last = _LastCount()
         self._fast = None
         self.learning_rate = _learning_rate(learning_rate)
         self.clip_norm = None if clip_norm is None else _positive("clip_norm", clip_norm)
@@ -93,16 +93,16 @@ class Optimizer:
         n = len(p_leaves)
         if _has_none(g_leaves):  # leaves without a gradient stay out of the program
             live = [i for i, g in enumerate(g_leaves) if g is not None]
-            outs = self._program(len(live))(
+            outs = self.program(len(live))(
                 *[p_leaves[i] for i in live], *[g_leaves[i] for i in live],
                 *[s[i] for s in slot_leaves for i in live], count)
             outs = _scatter(outs, live, p_leaves, slot_leaves)
         else:
-            outs = self._program(n)(*p_leaves, *g_leaves, *[x for s in slot_leaves for x in s],
+            outs = self.program(n)(*p_leaves, *g_leaves, *[x for s in slot_leaves for x in s],
                                     count)
         if host:
             new_state = {"step": int(step) + 1}
-            self._next_count = (new_state["step"], outs[-1].value)
+            self._last.step, self._last.count = new_state["step"], outs[-1].value
             if len(outs) == (len(self.slots) + 1) * n + 1:  # every leaf had a gradient
                 leaves = p_leaves + g_leaves + [x for s in slot_leaves for x in s] + [count]
                 if self._fast is None or not self._fast.serves(treedef, leaves):
@@ -116,8 +116,8 @@ class Optimizer:
     def _count(self, step):
         """``step`` as a float64 scalar Tensor: the one the previous update computed when the
         loop hands its state back, which is what a training loop does."""
-        cached = self._next_count
-        return adopt(cached[1] if cached[0] == step else np.array(float(step)))
+        last = self._last
+        return adopt(last.count if last.step == step else np.array(float(step)))
 
     def apply(self, p_leaves, g_leaves, slot_leaves, count):
         """The update of flat leaves, traced: what ``update`` compiles and ``Trainer`` fuses
@@ -144,7 +144,7 @@ class Optimizer:
         keep = norm < self.clip_norm
         return [ops.where(keep, g, g / norm * self.clip_norm) for g in grads]
 
-    def _program(self, n):
+    def program(self, n):
         """The compiled update of ``n`` leaves with gradients."""
         program = self._programs.get(n)
         if program is None:
@@ -213,6 +213,17 @@ class Adam(Optimizer):
         return p - step, (m, v)
 
 
+class _LastCount:
+    """The count (a float64 0-d array) that the latest host update computed, and the step it
+    is the count of: the next update's, when the loop hands its state back as training loops
+    do. The general path and the generated fast path both keep it."""
+
+    __slots__ = ("step", "count")
+
+    def __init__(self):
+        self.step = self.count = None
+
+
 class _FastUpdate:
     """The update of one parameter signature for a host training loop, without the general
     path's flattening, TreeDef comparisons and staged dispatch: straight-line code generated
@@ -231,7 +242,7 @@ class _FastUpdate:
         signature = _signature(leaves)
         if signature is None:
             return None
-        run = optimizer._program(treedef.num_leaves).native_run(leaves)
+        run = optimizer.program(treedef.num_leaves).native_run(leaves)
         if run is None:
             return None
         self = cls()
@@ -251,12 +262,11 @@ def _generated_update(optimizer, treedef, signature, run):
     result = tree.structure((params, {"step": 0, **{name: params for name in slots}}),
                             is_leaf=_is_none)  # the new step sits among the slots' leaves
     namespace = {"Tensor": Tensor, "adopt": adopt, "match": treedef.matcher(), "run": run,
-                 "build": result.builder(), "optimizer": optimizer}
+                 "build": result.builder(), "last": optimizer._last}
     lines = ["def update(params, grads, state):",
              "    if type(state) is not dict: return None",
-             "    next_step, count = optimizer._next_count",
              "    step = state.get('step')",
-             "    if type(step) is not int or step != next_step: return None"]
+             "    if type(step) is not int or step != last.step: return None"]
     trees = ["params", "grads"] + [f"state.get({name!r})" for name in slots]
     for t, source in enumerate(trees):
         lines += [f"    leaves = match({source})", "    if leaves is None: return None",
@@ -270,8 +280,8 @@ def _generated_update(optimizer, treedef, signature, run):
     arrays = "".join(f"a{k}, " for k in range(len(signature) - 1))
     results = [f"adopt({o})" for o in outs]
     results.insert(n * (1 + sum(name < "step" for name in slots)), "step + 1")
-    lines += [f"    {''.join(o + ', ' for o in outs)}count = run({arrays}count)",
-              "    optimizer._next_count = (step + 1, count)",
+    lines += [f"    {''.join(o + ', ' for o in outs)}count = run({arrays}last.count)",
+              "    last.step, last.count = step + 1, count",
               f"    return build([{', '.join(results)}])"]
     exec("\n".join(lines) + "\n", namespace)
     return namespace["update"]

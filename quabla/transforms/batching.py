@@ -3,9 +3,9 @@
 from .. import ops
 from ..core.graph import RESULTS
 from ..core.primitives import PRIMITIVES
+from ..core.replay import replay
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
-from .inline import constant_tensor
 
 __all__ = ["batch_graph"]
 
@@ -19,32 +19,22 @@ def batch_graph(graph, mapped, size, out_mapped=None):
     """
     frame = TraceFrame()
     with trace_frame(frame):
-        env, batched = {}, {}
-        for k, (nid, flag) in enumerate(zip(graph.inputs, mapped)):
-            shape, dtype = graph.in_avals[k]
-            env[nid] = frame.input_like(graph, k, ((size,) if flag else ()) + tuple(shape))
-            batched[nid] = flag
-        for nid, node in enumerate(graph.nodes):
-            if node.op == "input":
-                continue
-            if node.op == "constant":
-                env[nid], batched[nid] = constant_tensor(node), False
-                continue
-            if node.op == "get":  # one result of a multi-result node
-                k = node.kw["index"]
-                env[nid], batched[nid] = env[node.operands[0]][k], batched[node.operands[0]][k]
-                continue
-            args = [env[o] for o in node.operands]
-            flags = [batched[o] for o in node.operands]
-            params = dict(node.params)
+        inputs = [(frame.input_like(graph, k, ((size,) if flag else ()) + tuple(shape)), flag)
+                  for k, (flag, (shape, _)) in enumerate(zip(mapped, graph.in_avals))]
+
+        def batch_node(node, args):
+            """``(value, batched)`` of ``node`` (a list of pairs for a multi-result node)."""
+            values, flags = [v for v, _ in args], [f for _, f in args]
             if any(flags):
-                env[nid], batched[nid] = PRIMITIVES[node.op].batch(args, flags, size, **params)
+                out, batched = PRIMITIVES[node.op].batch(values, flags, size, **node.kw)
             else:
-                env[nid] = bind(node.op, *args, **params)
-                batched[nid] = [False] * len(env[nid]) if node.dtype is RESULTS else False
+                out = bind(node.op, *values, **node.kw)
+                batched = [False] * len(out) if node.dtype is RESULTS else False
+            return list(zip(out, batched)) if node.dtype is RESULTS else (out, batched)
+
         outs, out_flags = [], []
-        for k, o in enumerate(graph.outputs):
-            value, flag = env[o], batched[o]
+        for k, (value, flag) in enumerate(replay(graph, inputs, batch_node,
+                                                 constant=lambda c: (c, False))):
             if out_mapped is not None and out_mapped[k] and not flag:
                 value, flag = ops.broadcast_to(value, (size,) + tuple(value.shape)), True
             outs.append(value)

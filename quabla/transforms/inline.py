@@ -1,15 +1,9 @@
 """Inline: splice a graph into whatever is being traced (or evaluate it eagerly)."""
 
-from ..array import Tensor
 from ..core.graph import aval_text
-from ..core.tracing import bind
+from ..core.replay import replay
 
-__all__ = ["inline", "constant_tensor"]
-
-
-def constant_tensor(node):
-    """The eager Tensor that a ``constant`` node holds."""
-    return Tensor.wrap(node.kw["value"].value, node.weak)
+__all__ = ["inline"]
 
 
 def inline(graph, args):
@@ -27,14 +21,4 @@ def inline(graph, args):
                 f"inline: input {name} is {aval_text(node.shape, node.dtype)} but is bound to "
                 f"{aval_text(tuple(arg.shape), arg.dtype)}"
             )
-    env = dict(zip(graph.inputs, args))
-    for nid, node in enumerate(graph.nodes):
-        if node.op == "input":
-            continue
-        if node.op == "constant":
-            env[nid] = constant_tensor(node)
-        elif node.op == "get":
-            env[nid] = env[node.operands[0]][node.kw["index"]]
-        else:
-            env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
-    return [env[o] for o in graph.outputs]
+    return replay(graph, args)

@@ -2,9 +2,9 @@
 
 from .. import ops
 from ..core.primitives import PRIMITIVES, Zero, is_zero
+from ..core.replay import replay
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, bind, trace_frame
-from .inline import constant_tensor
 
 __all__ = ["jvp_graph", "materialize"]
 
@@ -28,34 +28,26 @@ def jvp_graph(graph, tangent_mask):
             else Zero(shape, dtype)
             for k, (flag, (shape, dtype)) in enumerate(zip(tangent_mask, graph.in_avals))
         ]
-        env = dict(zip(graph.inputs, primals))
-        tenv = dict(zip(graph.inputs, tangents))
-        for nid, node in enumerate(graph.nodes):
-            if node.op == "input":
-                continue
-            if node.op == "constant":
-                env[nid] = constant_tensor(node)
-                tenv[nid] = Zero(node.shape, node.dtype)
-                continue
-            if node.op == "get":  # one result of a multi-result node
-                k = node.kw["index"]
-                env[nid], tenv[nid] = env[node.operands[0]][k], tenv[node.operands[0]][k]
-                continue
-            args = [env[o] for o in node.operands]
-            params = dict(node.params)
-            out = env[nid] = bind(node.op, *args, **params)
-            ts = [tenv[o] for o in node.operands]
-            prim = PRIMITIVES[node.op]
-            if prim.multiple_results:
-                tenv[nid] = (
-                    prim.jvp(args, ts, out, **params) if not all(is_zero(t) for t in ts)
-                    else [Zero(o.shape, o.dtype) for o in out]
-                )
-            elif not prim.differentiable or not node.dtype.is_floating or all(is_zero(t) for t in ts):
-                tenv[nid] = Zero(node.shape, node.dtype)
-            else:
-                tenv[nid] = prim.jvp(args, ts, out, **params)
-        outs = [env[o] for o in graph.outputs]
-        touts = [materialize(tenv[o], *graph.out_avals[k]) for k, o in enumerate(graph.outputs)]
+        pairs = replay(graph, list(zip(primals, tangents)), _jvp_node,
+                       constant=lambda c: (c, Zero(c.shape, c.dtype)))
+        outs = [p for p, _ in pairs]
+        touts = [materialize(t, *graph.out_avals[k]) for k, (_, t) in enumerate(pairs)]
         result = frame.build([frame.operand(v) for v in outs + touts])
     return simplify(result)
+
+
+def _jvp_node(node, args):
+    """``(primal, tangent)`` of ``node`` from its operands' pairs (a list of pairs, one per
+    result, for a multi-result node)."""
+    primals, tangents = [p for p, _ in args], [t for _, t in args]
+    params = node.kw
+    out = bind(node.op, *primals, **params)
+    prim = PRIMITIVES[node.op]
+    zero = all(is_zero(t) for t in tangents)
+    if prim.multiple_results:
+        touts = ([Zero(o.shape, o.dtype) for o in out] if zero
+                 else prim.jvp(primals, tangents, out, **params))
+        return list(zip(out, touts))
+    if zero or not prim.differentiable or not node.dtype.is_floating:
+        return out, Zero(node.shape, node.dtype)
+    return out, prim.jvp(primals, tangents, out, **params)

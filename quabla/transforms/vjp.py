@@ -4,9 +4,9 @@ gradients of selected inputs. Cotangents are accumulated symbolically; zeros sta
 from .. import ops
 from ..core.dependence import node_dependence
 from ..core.primitives import PRIMITIVES, Zero, is_zero
+from ..core.replay import replay_values
 from ..core.rewrite import simplify
-from ..core.tracing import TraceFrame, bind, trace_frame
-from .inline import constant_tensor
+from ..core.tracing import TraceFrame, trace_frame
 from .jvp import materialize
 
 __all__ = ["vjp_graph"]
@@ -22,16 +22,7 @@ def vjp_graph(graph, wrt, seeds):
     frame = TraceFrame()
     with trace_frame(frame):
         primals = [frame.input_like(graph, k) for k in range(len(graph.inputs))]
-        env = dict(zip(graph.inputs, primals))
-        for nid, node in enumerate(graph.nodes):
-            if node.op == "input":
-                continue
-            if node.op == "constant":
-                env[nid] = constant_tensor(node)
-            elif node.op == "get":
-                env[nid] = env[node.operands[0]][node.kw["index"]]
-            else:
-                env[nid] = bind(node.op, *[env[o] for o in node.operands], **dict(node.params))
+        env = replay_values(graph, primals)
         cts = {}
         for k, (o, seed) in enumerate(zip(graph.outputs, seeds)):
             shape, dtype = graph.out_avals[k]
@@ -47,7 +38,7 @@ def vjp_graph(graph, wrt, seeds):
         for nid in range(len(graph.nodes) - 1, -1, -1):
             ct = cts.get(nid)
             node = graph.nodes[nid]
-            if ct is None or nid not in active or node.op in ("input", "constant"):
+            if ct is None or nid not in active or not node.operands:  # an input: nothing to pass
                 continue
             if node.op == "get":  # a multi-result node collects its cotangents per result
                 cts.setdefault(node.operands[0], {})[node.kw["index"]] = ct

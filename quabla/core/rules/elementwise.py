@@ -190,13 +190,25 @@ def _make_impl(name, entry):
     return eval(f"lambda {signature}: {body}", NUMPY_NAMESPACE)
 
 
+def _make_cheap(entry):
+    """``cheap`` of the table: true, or a condition on the params (``abs(n) <= 4``)."""
+    rule = entry.get("cheap", False)
+    if isinstance(rule, bool):
+        return lambda params: rule
+    code = compile(rule, f"<cheap of {entry}>", "eval")
+    return lambda params: bool(eval(code, {"abs": abs}, dict(params)))
+
+
 def load_table(path=TABLE_PATH):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-def _register_all():
-    for name, entry in load_table().items():
+def register_table(path):
+    """Register every primitive of an elementwise table (``elementwise.yaml``'s format): its
+    rules come from the entry, and every back end lowers it from the entry's templates, so a
+    new elementwise op is one entry and nothing else."""
+    for name, entry in load_table(path).items():
         partials = _make_partials(entry)
         register(Primitive(
             name,
@@ -206,10 +218,11 @@ def _register_all():
             vjp=functools.partial(_vjp, partials) if partials else None,
             batch=functools.partial(_batch, name),
             differentiable=partials is not None,
-            elementwise=True,
+            kind="elementwise",
+            cheap=_make_cheap(entry),
             scalar=entry["scalar"],
             spec=entry,
         ))
 
 
-_register_all()
+register_table(TABLE_PATH)

@@ -44,7 +44,7 @@ register(Primitive(
     impl=lambda x, *, axes: np.sum(x, axis=axes),
     jvp=_sum_jvp,
     vjp=lambda ct, primals, out, *, axes: [_expand(ct, primals[0], axes)],
-    batch=_batch("reduce_sum"),
+    batch=_batch("reduce_sum"), kind="reduction", identity=0.0,
 ))
 
 
@@ -72,17 +72,17 @@ def _extremum_rules(op):
     return jvp, vjp
 
 
-for _op, _np in (("reduce_max", np.max), ("reduce_min", np.min)):
+for _op, _np, _identity in (("reduce_max", np.max, -np.inf), ("reduce_min", np.min, np.inf)):
     _jvp, _vjp = _extremum_rules(_op)
     register(Primitive(
         _op, shape_rule=_reduce_shape("float"),
         impl=(lambda f: lambda x, *, axes: f(x, axis=axes))(_np),
-        jvp=_jvp, vjp=_vjp, batch=_batch(_op),
+        jvp=_jvp, vjp=_vjp, batch=_batch(_op), kind="reduction", identity=_identity,
     ))
 
-for _op, _np in (("reduce_or", np.any), ("reduce_and", np.all)):
+for _op, _np, _identity in (("reduce_or", np.any, False), ("reduce_and", np.all, True)):
     register(Primitive(
         _op, shape_rule=_reduce_shape("bool"),
         impl=(lambda f: lambda x, *, axes: f(x, axis=axes))(_np),
-        batch=_batch(_op), differentiable=False,
+        batch=_batch(_op), differentiable=False, kind="reduction", identity=_identity,
     ))

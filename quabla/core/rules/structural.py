@@ -68,6 +68,7 @@ register(Primitive(
     "broadcast_in_dim", shape_rule=_broadcast_shape, impl=_broadcast_impl,
     jvp=_linear_jvp("broadcast_in_dim"), vjp=_broadcast_vjp, batch=_broadcast_batch,
     foldable=False,
+    kind="index_map",
 ))
 
 
@@ -106,6 +107,7 @@ register(Primitive(
     jvp=_linear_jvp("transpose"), vjp=_transpose_vjp,
     batch=lambda args, batched, size, *, permutation: (
         bind("transpose", args[0], permutation=(0,) + tuple(p + 1 for p in permutation)), True),
+    kind="index_map",
 ))
 
 
@@ -124,6 +126,7 @@ register(Primitive(
     vjp=lambda ct, primals, out, *, dimensions: [bind("rev", ct, dimensions=dimensions)],
     batch=lambda args, batched, size, *, dimensions: (
         bind("rev", args[0], dimensions=tuple(d + 1 for d in dimensions)), True),
+    kind="index_map",
 ))
 
 
@@ -162,6 +165,7 @@ register(Primitive(
     batch=lambda args, batched, size, *, start_indices, limit_indices, strides: (
         bind("slice", args[0], start_indices=(0,) + tuple(start_indices),
              limit_indices=(size,) + tuple(limit_indices), strides=(1,) + tuple(strides)), True),
+    kind="index_map",
 ))
 
 
@@ -270,7 +274,7 @@ register(Primitive(
     "select", shape_rule=_select_shape, impl=lambda p, x, y: np.where(p, x, y),
     jvp=_select_jvp, vjp=_select_vjp,
     batch=lambda args, batched, size: _elementwise_batch("select", args, batched, size),
-    elementwise=True, scalar="({x} if {pred} else {y})",
+    kind="elementwise", scalar="({x} if {pred} else {y})", cheap=lambda params: True,
 ))
 
 
@@ -302,7 +306,7 @@ register(Primitive(
     impl=lambda x, *, dtype: x.astype(dtype.numpy),
     jvp=_cast_jvp, vjp=_cast_vjp,
     batch=lambda args, batched, size, *, dtype: (bind("cast", args[0], dtype=dtype), True),
-    elementwise=True, scalar="_cast_{dtype}({x})",
+    kind="elementwise", scalar="_cast_{dtype}({x})", cheap=lambda params: True,
 ))
 
 

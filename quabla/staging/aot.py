@@ -1,45 +1,21 @@
-"""Ahead of time: abstract arguments, compiled signatures and the name-keyed advanced layer.
+"""Ahead of time: what ``lower`` and ``compile`` give.
 
-``jit(f).lower(*args)`` takes arrays or ``ShapeDtype`` leaves; its ``compile()`` is a
-``Compiled``: the jitted function fixed to that one signature, with the unchecked flat ``run``
-(what the Trainer drives) and, on the CPU, ``.numba`` for users' own Numba code.
-``Compiler``/``Program``/``Executable`` are the spec-first layer of 000 §3.1: inputs declared by
-name, outputs in order (spec 000 §3.5, "S5-S9 as implemented").
+``jit(f).lower(*args)`` is a ``Lowered``: the staged program of one signature (its
+``CallSignature``), to inspect or compile. Its ``compile()`` is a ``Compiled``: the jitted
+function fixed to that signature, with the unchecked flat ``run`` (what the Trainer drives) and,
+on the CPU, ``.numba`` for users' own Numba code. ``Program``/``Executable`` are the name-keyed
+layer of 000 §3.1 (inputs by name, outputs in order; spec 000 §3.5, "S5-S9 as implemented"),
+which ``Lowered.program`` and ``Compiler`` (``jit.py``) make.
 """
 
-from . import dtypes, tree
-from .array import adopt, array_shape, asarray
-from .errors import TracerError, UnsupportedOperationError
-from .staging import BadLeaf, classify_leaves, function_name, trace_function
+from .. import tree
+from ..array import adopt, asarray
+from ..core.graph import Graph
+from ..errors import TracerError, UnsupportedOperationError
+from ..lower import compile_graph, graph_source
+from .signature import BadLeaf, classify_leaves
 
-__all__ = ["ShapeDtype", "CallSignature", "Compiled", "Compiler", "Program", "Executable"]
-
-_LEAF = tree.flatten(0)[1]
-
-
-class ShapeDtype:
-    """An abstract array argument of ``lower``: a shape and a dtype, no data."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype=dtypes.float64):
-        self.shape = array_shape(shape)
-        self.dtype = dtypes.dtype(dtype)
-
-    @property
-    def part(self):
-        """This leaf's part of a signature: that of a strong array of this shape and dtype."""
-        return (self.shape, self.dtype.numpy, False)
-
-    def __eq__(self, other):
-        return isinstance(other, ShapeDtype) and (self.shape, self.dtype) == (other.shape,
-                                                                               other.dtype)
-
-    def __hash__(self):
-        return hash((self.shape, self.dtype.name))
-
-    def __repr__(self):
-        return f"ShapeDtype({self.shape}, {self.dtype})"
+__all__ = ["CallSignature", "Lowered", "Compiled", "Program", "Executable"]
 
 
 class CallSignature:
@@ -57,12 +33,12 @@ class CallSignature:
     def arrays(self, args, kwargs):
         """The ndarrays of a call's array leaves, or a TypeError naming both signatures."""
         staged = self.staged
-        args = staged._staged_args(args, kwargs)
+        args = staged.staged_args(args, kwargs)
         leaves, treedef = tree.flatten(args)
         try:
             parts, dynamic, traced = classify_leaves(leaves, self.diff)
         except BadLeaf as bad:
-            raise staged._argument_error(args, bad.index) from None
+            raise staged.argument_error(args, bad.index) from None
         if traced:
             raise TracerError(f"the compiled {staged.name} runs concrete arrays; inside a trace, "
                               "call the jitted function itself")
@@ -78,6 +54,48 @@ class CallSignature:
         paths = tree.flatten_with_path(self.treedef.unflatten(list(range(n))))[0]
         return [self.staged.argument_name(path[0]) + "".join(f"[{key!r}]" for key in path[1:])
                 for (path, _), part in zip(paths, self.parts) if part[0] != "static"]
+
+
+class Lowered:
+    """The transformed IR of a function for one signature (``as_text``, ``program``), its
+    generated source, and ``compile()``: a callable with exactly that signature (``Compiled``).
+    ``options`` are lowering.compile's (jit's precision and names)."""
+
+    def __init__(self, graph, device, name, signature, options=None):
+        self.graph = graph
+        self.device = device
+        self.name = name
+        self.signature = signature
+        self.options = options
+        self._source = None
+
+    def as_text(self):
+        """The IR, one node per line."""
+        return self.graph.as_text()
+
+    @property
+    def source(self):
+        """The Python source this device's back end generates and has Numba compile: the CPU
+        entry's module, or the CUDA kernels' and their host function's; None on MLX, whose
+        program is calls of ``mlx.core``, not generated text."""
+        if self._source is None:
+            self._source = graph_source(self.graph, self.device)
+        return self._source
+
+    @property
+    def program(self):
+        """The name-keyed ``Program`` of the IR, its outputs in order; an input is named by its
+        argument's path (``0``, ``1['w']``, ...)."""
+        g = self.graph
+        return Program(Graph(g.nodes, g.inputs, g.outputs, self.signature.input_names()))
+
+    def compile(self):
+        """The function compiled for this signature, called as the jitted function is."""
+        return Compiled(compile_graph(self.graph, self.device, self.options), self.signature,
+                        self.device)
+
+    def __repr__(self):
+        return f"<Lowered {self.name}: {self.graph!r}>"
 
 
 class Compiled:
@@ -155,8 +173,6 @@ class Program:
 
     def compile(self, target="cpu"):
         """An ``Executable`` for ``target`` (a device name, as ``jit``'s ``device=``)."""
-        from .lower import compile_graph
-
         return Executable(self, compile_graph(self.graph, target))
 
     def __repr__(self):
@@ -191,33 +207,3 @@ class Executable:
             arrays.append(value.value)
         outs = list(map(adopt, self.run(*arrays)))
         return outs[0] if self.program.single else outs
-
-
-class Compiler:
-    """Traces functions against declared inputs: ``Compiler().trace(f, specs)``."""
-
-    def trace(self, fun, specs):
-        """A ``Program`` of ``fun`` called with one array per spec, in order; each spec is
-        ``(name, shape)`` or ``(name, shape, dtype)`` (float64 by default)."""
-        from .core.graph import Graph
-        from .core.rewrite import simplify
-        from .staging import Aval
-
-        names, template = [], []
-        for spec in specs:
-            if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3) or not isinstance(
-                    spec[0], str):
-                raise TypeError(f"a spec is (name, shape) or (name, shape, dtype), got {spec!r}")
-            if spec[0] in names:
-                raise ValueError(f"input name {spec[0]!r} is declared twice")
-            abstract = ShapeDtype(*spec[1:])
-            names.append(spec[0])
-            template.append(Aval(abstract.shape, abstract.dtype))
-        treedef = tree.flatten(tuple(range(len(template))))[1]
-        traced = trace_function(fun, treedef, template, function_name(fun))
-        if traced.captures:
-            raise TracerError(f"{function_name(fun)} closes over tracers of a trace in "
-                              "progress; a Program traces a function on its own")
-        graph = simplify(traced.graph)
-        graph = Graph(graph.nodes, graph.inputs, graph.outputs, names)
-        return Program(graph, single=traced.out_tree == _LEAF)

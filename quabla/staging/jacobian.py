@@ -1,5 +1,5 @@
-"""``jacobian``, ``jacfwd``, ``jacrev`` and ``hessian`` as single staged programs (spec 003
-§3.4, 000 "S4 as landed").
+"""The Jacobian as one staged program (spec 003 §3.4, 000 "S4 as landed"): ``jacobian``,
+``jacfwd``, ``jacrev`` and, through ``grad``, ``hessian``.
 
 The Jacobian is the JVP (forward mode) or the VJP (reverse mode) of the traced function,
 batched over basis vectors with ``batch_graph``: one program, whatever the input size, that
@@ -13,20 +13,24 @@ cotangent would cross a ``while_loop``) it falls back to forward mode.
 
 import numpy as np
 
-from . import ops
-from .api import arg_ranges, argnum_leaves, normalize_argnums, staged_grad
-from .array import Tensor
-from .core.graph import Graph
-from .core.rewrite import simplify
-from .core.tracing import TraceFrame, trace_frame
-from .errors import UnsupportedOperationError
-from .staging import Aval, Staged, Transform
-from .transforms import batch_graph, inline, jvp_graph, vjp_graph
+from .. import ops
+from ..array import Tensor
+from ..core.graph import Graph
+from ..core.rewrite import simplify
+from ..core.tracing import TraceFrame, trace_frame
+from ..errors import UnsupportedOperationError
+from ..transforms import batch_graph, inline, jvp_graph, vjp_graph
+from .signature import Aval
+from .staged import Staged
+from .transform import Transform, arg_ranges, argnum_leaves, graph_inputs, normalize_argnums
 
-__all__ = ["jacobian", "jacfwd", "jacrev", "hessian"]
+__all__ = ["Jacobian", "staged_jacobian"]
 
 
-class _Jacobian(Transform):
+class Jacobian(Transform):
+    """Dense blocks ``[*out.shape, *in.shape]`` of every output and argument in ``argnums``,
+    by ``mode``: ``"forward"``, ``"reverse"`` or ``"auto"`` (reverse where it is cheaper)."""
+
     def __init__(self, argnums, mode, has_aux, kind):
         self.argnums, self.single = normalize_argnums(argnums)
         self.mode, self.has_aux, self.kind = mode, bool(has_aux), kind
@@ -47,11 +51,7 @@ class _Jacobian(Transform):
             out_tree, aux_tree = children
             n_aux = aux_tree.num_leaves
         ranges, arg_trees = arg_ranges(treedef)
-        input_of_leaf, k = {}, 0
-        for i, leaf in enumerate(template):
-            if type(leaf) is Aval:
-                input_of_leaf[i] = k
-                k += 1
+        input_of_leaf = graph_inputs(template)
         layout = []  # per argnum, per leaf: its graph input, or None (no block)
         for a in self.argnums:
             row = []
@@ -163,33 +163,11 @@ def _jacobian_graph(graph, selected, in_avals, n_out, reverse):
     return simplify(frame.build(outputs)), blocks
 
 
-def _staged_jacobian(fun, argnums, mode, has_aux, holomorphic, kind):
+def staged_jacobian(fun, argnums, mode, has_aux, holomorphic, kind):
+    """``jacobian`` of ``fun`` in ``mode`` (``"auto"``, ``"forward"``, ``"reverse"``) as a Staged."""
     if holomorphic:
         raise TypeError(f"{kind}: holomorphic=True needs complex numbers, which Quabla does "
                         "not have")
-    transform = _Jacobian(argnums, mode, has_aux, kind)
+    transform = Jacobian(argnums, mode, has_aux, kind)
     return Staged(fun, transform, config=(kind, transform.argnums, transform.single,
                                           transform.has_aux))
-
-
-def jacobian(fun, argnums=0, has_aux=False):
-    """Dense Jacobian blocks ``[*out.shape, *in.shape]`` of ``fun`` (pytrees nest the blocks),
-    in the mode that needs fewer passes (forward mode where reverse mode is impossible).
-    ``has_aux=True``: ``fun`` returns ``(output, aux)`` and this returns ``(jacobian, aux)``."""
-    return _staged_jacobian(fun, argnums, "auto", has_aux, False, "jacobian")
-
-
-def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
-    """The Jacobian by forward mode: one JVP per input element, batched (JAX's ``jacfwd``)."""
-    return _staged_jacobian(fun, argnums, "forward", has_aux, holomorphic, "jacfwd")
-
-
-def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
-    """The Jacobian by reverse mode: one VJP per output element, batched (JAX's ``jacrev``).
-    ``allow_int`` is accepted for JAX's signature: Quabla has no integer dtype."""
-    return _staged_jacobian(fun, argnums, "reverse", has_aux, holomorphic, "jacrev")
-
-
-def hessian(fun, argnums=0):
-    """Dense Hessian blocks ``[*in.shape, *in.shape]``: forward mode over reverse mode."""
-    return jacobian(staged_grad(fun, argnums, False, False, "grad"), argnums)

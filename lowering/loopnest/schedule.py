@@ -13,25 +13,32 @@ have) anyway: a stored intermediate costs a store stream in its group and a load
 reader, recomputing costs a few arithmetic instructions, and the loops are bound by memory
 traffic (see ``_rematerialize``).
 
-Control-flow regions (``REGIONS``) and their ``get`` projections are Singles: a region runs its
+Control-flow regions and their ``get`` projections are Singles: a region runs its
 sub-graphs' own statements inside its loop or branch, so nothing fuses or tiles across it.
 """
 
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "INDEX_MAPS",
-           "REDUCTIONS", "REGIONS"]
+__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "kind", "fused"]
 
-INDEX_MAPS = frozenset({"broadcast_in_dim", "transpose", "slice", "rev"})
-# Elementwise ops cheap enough to compute again in a later loop instead of storing their result.
-CHEAP = frozenset({"neg", "add", "sub", "mul", "abs", "sign", "relu", "max", "min", "select",
-                   "cast", "gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"})
-CHEAP_INTEGER_POW = 4     # integer_pow with |n| up to this is cheap too (a few multiplies)
 REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
 MIN_TILE_ROWS = 16
-REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"})
-REGIONS = frozenset({"cond", "scan", "while"})
+
+
+def kind(node):
+    """The class of a node's op (``Primitive.kind``: elementwise, index map, reduction,
+    region), which decides how it is scheduled; None for inputs and constants."""
+    prim = PRIMITIVES.get(node.op)
+    return prim.kind if prim is not None else None
+
+
+def fused(op):
+    """Whether a loop nest computes ``op`` by its kind alone (no lowering-table entry): an
+    elementwise op with a scalar template, an index map, a reduction."""
+    prim = PRIMITIVES.get(op)
+    return prim is not None and (prim.kind in ("index_map", "reduction") or (
+        prim.elementwise and prim.scalar is not None))
 
 
 class Group:
@@ -86,11 +93,9 @@ class Single:
 
 
 def _fusible(node):
-    if node.shape == () or node.op in ("constant", "get") or node.op in REGIONS:
+    if node.shape == () or node.op in ("constant", "get"):
         return False
-    if node.op in INDEX_MAPS:
-        return True
-    return PRIMITIVES[node.op].elementwise
+    return kind(node) in ("index_map", "elementwise")
 
 
 class _Plan:
@@ -123,7 +128,7 @@ def schedule(graph):
     for nid, node in enumerate(nodes):
         if node.op == "input":
             continue
-        if node.op in REDUCTIONS:
+        if kind(node) == "reduction":
             source = node.operands[0]
             group, inside = plan.home.get(source, (None, False))
             if not (isinstance(group, Group) and inside and group.shape == nodes[source].shape):
@@ -160,7 +165,7 @@ def _join(plan, group, nid, inside):
 
 
 def _can_join(plan, group, node):
-    gathers = node.op in INDEX_MAPS
+    gathers = kind(node) == "index_map"
     here = plan.pos(group)
     for o in node.operands:
         stmt, inside = plan.home.get(o, (None, False))
@@ -184,14 +189,14 @@ def _mark_materialized(graph, statements, plan):
             continue
         for m in stmt.members:
             node = graph.nodes[m]
-            if node.op in REDUCTIONS:
+            if kind(node) == "reduction":
                 continue
-            regather = node.op in INDEX_MAPS
+            regather = kind(node) == "index_map"
             for c in consumers.get(m, ()):
                 home = plan.home[c][0]
-                reader_fuses = isinstance(home, Group) and graph.nodes[c].op not in INDEX_MAPS \
-                    and graph.nodes[c].op not in REDUCTIONS
-                if home is stmt and graph.nodes[c].op not in INDEX_MAPS:
+                reader_fuses = isinstance(home, Group) and kind(graph.nodes[c]) != "index_map" \
+                    and kind(graph.nodes[c]) != "reduction"
+                if home is stmt and kind(graph.nodes[c]) != "index_map":
                     continue
                 if regather and reader_fuses:
                     continue
@@ -202,9 +207,7 @@ def _mark_materialized(graph, statements, plan):
 
 
 def _cheap(node):
-    if node.op == "integer_pow":
-        return abs(dict(node.params)["n"]) <= CHEAP_INTEGER_POW
-    return node.op in CHEAP
+    return PRIMITIVES[node.op].cheap(node.kw)
 
 
 def _rematerialize(graph, statements, plan):
@@ -235,9 +238,9 @@ def _rematerialize(graph, statements, plan):
     def streams(group, nid, seen):
         """The arrays of the group's full size that reading node ``nid`` in ``group`` loads."""
         node = nodes[nid]
-        if nid in group.member_set and node.op not in REDUCTIONS:
+        if nid in group.member_set and kind(node) != "reduction":
             return
-        if node.op in INDEX_MAPS and nid not in stored:
+        if kind(node) == "index_map" and nid not in stored:
             for o in node.operands:  # gathered again from its source
                 if nodes[o].shape != ():
                     streams(group, o, seen)
@@ -248,7 +251,7 @@ def _rematerialize(graph, statements, plan):
     def group_streams(group):
         seen = set()
         for m in group.members:
-            if nodes[m].op not in INDEX_MAPS:
+            if kind(nodes[m]) != "index_map":
                 for o in nodes[m].operands:
                     streams(group, o, seen)
         return seen
@@ -259,8 +262,8 @@ def _rematerialize(graph, statements, plan):
         node = nodes[nid]
         if nid in group.member_set or nid in out:
             return True
-        if not (isinstance(home.get(nid), Group) and node.op not in REDUCTIONS
-                and node.op not in INDEX_MAPS and nid not in stored):
+        if not (isinstance(home.get(nid), Group) and kind(node) != "reduction"
+                and kind(node) != "index_map" and nid not in stored):
             return True  # readable as it is: an input, a Single, a stored member, an index map
         if not _cheap(node) or len(out) >= REMAT_CONE:
             return False
@@ -276,7 +279,7 @@ def _rematerialize(graph, statements, plan):
             readers = []
             for c in consumers.get(m, ()):
                 h = home.get(c)
-                if nodes[c].op in INDEX_MAPS or not isinstance(h, Group) \
+                if kind(nodes[c]) == "index_map" or not isinstance(h, Group) \
                         or c not in h.member_set:
                     break
                 if h is not stmt and h not in readers:
@@ -320,7 +323,7 @@ def _drop_dead_members(graph, group):
     live = set()
     for m in reversed(group.members):
         node = graph.nodes[m]
-        if m in group.materialized or node.op in REDUCTIONS or m in live:
+        if m in group.materialized or kind(node) == "reduction" or m in live:
             live.add(m)
             live.update(o for o in node.operands if o in group.member_set)
     group.members = [m for m in group.members if m in live]
@@ -381,7 +384,7 @@ def _tile(graph, statements, plan):
         """The stored values read to read ``nid`` (an index map not stored is gathered from its
         source again)."""
         node = nodes[nid]
-        if node.op in INDEX_MAPS and nid not in stored and isinstance(plan.home.get(nid, (None,))[0], Group):
+        if kind(node) == "index_map" and nid not in stored and isinstance(plan.home.get(nid, (None,))[0], Group):
             for o in node.operands:
                 sources(o, out)
         else:
@@ -391,14 +394,14 @@ def _tile(graph, statements, plan):
         out = set()
         if isinstance(st, Group):
             for m in st.members:
-                if nodes[m].op in INDEX_MAPS:
+                if kind(nodes[m]) == "index_map":
                     for o in nodes[m].operands:
                         out.add(o)
                     continue
                 for o in nodes[m].operands:
-                    if o not in st.member_set or nodes[o].op in REDUCTIONS:
+                    if o not in st.member_set or kind(nodes[o]) == "reduction":
                         sources(o, out)
-            out -= {m for m in st.members if nodes[m].op not in REDUCTIONS}
+            out -= {m for m in st.members if kind(nodes[m]) != "reduction"}
         else:
             for o in nodes[st.nid].operands:
                 sources(o, out)
@@ -445,7 +448,7 @@ def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead):
                     pure.add(id(st))
                 for m in st.members:
                     node = nodes[m]
-                    if node.op in REDUCTIONS and 0 in dict(node.params)["axes"]:
+                    if kind(node) == "reduction" and 0 in dict(node.params)["axes"]:
                         begin.accumulated.add(m)
                     else:
                         begin.values.add(m)
@@ -506,7 +509,7 @@ def _row_wise(graph, st, extent, begin, reads):
             return False
         for m in st.members:
             node = nodes[m]
-            if node.op not in INDEX_MAPS or node.operands[0] not in tiles:
+            if kind(node) != "index_map" or node.operands[0] not in tiles:
                 continue
             params = dict(node.params)  # a tile must keep its rows where they are
             if node.op == "broadcast_in_dim" and params["broadcast_dimensions"][:1] != (0,):
@@ -551,7 +554,7 @@ def last_uses(graph, statements):
         last[o] = k
         if loop is not None:
             loop.add(o)
-        if graph.nodes[o].op in INDEX_MAPS:
+        if kind(graph.nodes[o]) == "index_map":
             for source in graph.nodes[o].operands:
                 mark(source, k)
 

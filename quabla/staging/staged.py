@@ -1,31 +1,35 @@
-"""Staging: how a transformed function is traced, transformed, compiled, cached and called.
+"""``Staged``: a transformed function, cached, compiled on first call per signature, inlined in
+traces.
 
-A ``Staged`` function flattens its arguments, computes a signature (pytree structure, per-leaf
-shape and dtype, static values), and looks it up in a bounded LRU cache of compiled programs.
-On a miss, its ``Transform`` traces the user function into a graph, transforms it graph to
-graph, and the graph is lowered. Called on tracers (inside another transform), the staged
+A call flattens its arguments, computes the signature (``signature.py``) and looks it up in a
+bounded LRU cache of compiled programs. On a miss, its ``Transform`` (``transform.py``) traces
+the user function and transforms the trace into a graph, staged once however many threads miss
+at once, and the graph is lowered. Called on tracers (inside another transform), the staged
 graph is inlined into the enclosing trace instead, which is how transforms compose.
 """
 
 import logging
 import numbers
 import os
+import sys
 import threading
 import time
 import warnings
 import weakref
 from collections import OrderedDict
 
-import numpy as np
+from .. import tree
+from ..array import Tensor, adopt
+from ..core.tracing import current_frames
+from ..errors import RetraceWarning, TracerError
+from ..lower import compile_graph, compile_in_background
+from ..random import Key
+from ..transforms import inline
+from .aot import CallSignature, Lowered
+from .signature import BadLeaf, ShapeDtype, classify_leaves, signature_text, template_of
 
-from . import tree
-from .array import Array, Tensor, adopt, asarray
-from .core.tracing import TraceFrame, TraceTensor, current_frames, trace_frame
-from .errors import RetraceWarning, TracerError
-from .lower import compile_graph, compile_in_background
-from .transforms import inline
-
-__all__ = ["Staged", "Transform", "trace_function", "signature_text", "logger"]
+__all__ = ["Staged", "function_name", "check_compile_mode", "check_max_traces", "regrouped",
+           "logger"]
 
 logger = logging.getLogger("quabla")
 if os.environ.get("QUABLA_LOG_COMPILES") and not logger.handlers:
@@ -33,144 +37,6 @@ if os.environ.get("QUABLA_LOG_COMPILES") and not logger.handlers:
     _handler.setFormatter(logging.Formatter("quabla: %(message)s"))
     logger.addHandler(_handler)
     logger.setLevel(logging.INFO)
-
-_PYTHON_SCALARS = (bool, int, float)
-
-
-class Aval:
-    """A leaf of a signature: shape, dtype and weak flag of an array argument (a weak array,
-    such as ``add(2.0, 3.0)``, adopts the dtype of the strong arrays it meets, as eagerly).
-    The transforms (api, jacobians) tell array leaves of a template from static ones by it."""
-
-    __slots__ = ("shape", "dtype", "weak")
-
-    def __init__(self, shape, dtype, weak=False):
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.weak = weak
-
-    def __repr__(self):
-        text = f"{self.dtype}[{', '.join(map(str, self.shape))}]"
-        return f"weak {text}" if self.weak else text
-
-
-class Printed:
-    """A placeholder leaf that prints as ``text``: how signatures (and jit's keyword
-    arguments, in api) are shown to users."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text):
-        self.text = text
-
-    def __repr__(self):
-        return self.text
-
-
-def signature_text(treedef, parts):
-    """``(float64[3], {'w': float64[2, 1]}, 0.5)``: how signatures are shown to users."""
-    return repr(treedef.unflatten(signature_leaves(parts)))
-
-
-def signature_leaves(parts):
-    """One printable placeholder per signature part: an aval or a static value."""
-    from .dtypes import BY_NUMPY
-
-    leaves = []
-    for part in parts:
-        if part[0] == "static":
-            value = part[2]
-            leaves.append(Printed(repr(float.fromhex(value)) if part[1] is float else repr(value)))
-        else:
-            leaves.append(Printed(repr(Aval(part[0], BY_NUMPY[part[1]], part[2]))))
-    return leaves
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _user_stacklevel():
-    """The ``stacklevel`` that attributes a warning to the first caller outside quabla."""
-    import sys
-
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-class Traced:
-    """A traced function: its graph, the output structure and the captured outer tracers."""
-
-    __slots__ = ("graph", "out_tree", "captures", "n_args")
-
-    def __init__(self, graph, out_tree, captures, n_args):
-        self.graph = graph
-        self.out_tree = out_tree
-        self.captures = captures
-        self.n_args = n_args
-
-
-def trace_function(fun, treedef, template, name="f"):
-    """Trace ``fun(*treedef.unflatten(leaves))`` where ``template`` holds an ``Aval`` for each
-    array leaf and the value of each static leaf. Graph inputs: the array leaves, then one
-    input per captured outer tracer."""
-    frame = TraceFrame()
-    n_args = 0
-    with trace_frame(frame):
-        leaves = []
-        for leaf in template:
-            if type(leaf) is Aval:
-                leaves.append(
-                    frame.new_input(leaf.shape, leaf.dtype, f"arg{n_args}", leaf.weak))
-                n_args += 1
-            else:
-                leaves.append(leaf)
-        args = treedef.unflatten(leaves)
-        out = fun(*args)
-        out_leaves, out_tree = tree.flatten(out)
-        outputs = []
-        for leaf in out_leaves:
-            if isinstance(leaf, _PYTHON_SCALARS):
-                from .ops import weak_scalar
-                from . import dtypes
-
-                leaf = weak_scalar(leaf, dtypes.bool_ if isinstance(leaf, bool) else dtypes.float64)
-            elif isinstance(leaf, np.ndarray):
-                leaf = asarray(leaf)
-            elif not isinstance(leaf, Array):
-                raise TypeError(
-                    f"{name} returned a {type(leaf).__name__} leaf; transformed functions must "
-                    "return arrays, Python numbers or pytrees of them"
-                )
-            outputs.append(frame.operand(leaf))
-    graph = frame.build(outputs)
-    return Traced(graph, out_tree, list(frame.captures), n_args)
-
-
-class Transform:
-    """How a transform turns the traced user function into its graph and its result.
-
-    ``trace(fun, treedef, template)`` traces the function (a ``Traced``); ``stage(traced,
-    treedef, template)`` transforms it into ``(graph, assemble)``: a graph whose inputs are the
-    dynamic leaves followed by one capture input per ``traced.captures``, in that order, and a
-    function that builds the user-visible result from the graph's outputs. The two are separate
-    so that a closure over tracers can be traced again, cheaply, to find its captures.
-    ``differentiated(treedef)`` names the leaves where Python scalars become float64 arrays.
-    """
-
-    def name(self, inner):
-        return inner
-
-    def differentiated(self, treedef):
-        return frozenset()
-
-    def trace(self, fun, treedef, template):
-        return trace_function(fun, treedef, template, function_name(fun))
-
-    def stage(self, traced, treedef, template):
-        raise NotImplementedError
 
 
 class _Entry:
@@ -193,23 +59,6 @@ def _new_caches():
     return OrderedDict(), {}, OrderedDict(), {}, OrderedDict(), {}, threading.Lock()
 
 
-class _Flight:
-    """A signature being staged and compiled by one thread; the others missing it wait for
-    its entry (None when it had to be inlined instead) or its error."""
-
-    __slots__ = ("owner", "done", "entry", "error")
-
-    def __init__(self):
-        self.owner = threading.get_ident()
-        self.done = threading.Event()
-        self.entry = None
-        self.error = None
-
-
-def _avals(tracers):
-    return tuple((tuple(t.shape), t.dtype) for t in tracers)
-
-
 def _shared_caches(root, chain):
     """The caches of every ``Staged`` with this root function and transform chain, so that
     ``grad(f)`` re-created in a loop reuses the traces of ``f`` ("S2 as landed"). The root is
@@ -228,12 +77,26 @@ def _shared_caches(root, chain):
     return caches
 
 
+class _Flight:
+    """A signature being staged and compiled by one thread; the others missing it wait for
+    its entry (None when it had to be inlined instead) or its error."""
+
+    __slots__ = ("owner", "done", "entry", "error")
+
+    def __init__(self):
+        self.owner = threading.get_ident()
+        self.done = threading.Event()
+        self.entry = None
+        self.error = None
+
+
 class Staged:
     """A transformed function: cached, compiled on first call per signature, inlined in traces.
 
-    ``config`` (hashable) identifies the transform; with it, every Staged of the same root
-    function and chain of configs shares one cache. ``root`` overrides ``fun`` as that root.
-    ``compile_mode`` is jit's ``compile=`` (``check_compile_mode``; None: ``QUABLA_COMPILE``).
+    ``transform`` is a ``Transform``. ``config`` (hashable) identifies it; with it, every Staged
+    of the same root function and chain of configs shares one cache. ``root`` overrides
+    ``fun`` as that root. ``compile_mode`` is jit's ``compile=`` (``check_compile_mode``; None:
+    ``QUABLA_COMPILE``).
     """
 
     compile_mode = None
@@ -281,7 +144,7 @@ class Staged:
         try:
             parts, dynamic, traced = classify_leaves(leaves, diff)
         except BadLeaf as bad:
-            raise self._argument_error(args, bad.index) from None
+            raise self.argument_error(args, bad.index) from None
         key = (treedef, parts)
         if not traced:
             entry = self._cache.get(key)
@@ -304,11 +167,8 @@ class Staged:
         if all(type(a) is Tensor and not a.weak for a in args):
             self._flat[_flat_key([a.value for a in args])] = entry
 
-    def _argument_error(self, args, index):
+    def argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
-        from .aot import ShapeDtype
-        from .random import Key
-
         path, leaf = tree.flatten_with_path(args)[0][index]
         if isinstance(leaf, Key):
             return TypeError(
@@ -328,18 +188,10 @@ class Staged:
         return str(position)
 
     # -- staging -------------------------------------------------------------------------------
-    def _template(self, parts, leaves):
-        from .dtypes import BY_NUMPY
-
-        return [
-            leaf if part[0] == "static" else Aval(part[0], BY_NUMPY[part[1]], part[2])
-            for part, leaf in zip(parts, leaves)
-        ]
-
     def _stage(self, treedef, parts, leaves, traced=None):
         """Trace (unless a probe just did) and transform: ``(graph, assemble, captures)``."""
         start = time.perf_counter()
-        template = self._template(parts, leaves)
+        template = template_of(parts, leaves)
         if traced is None:
             traced = self.transform.trace(self.fun, treedef, template)
         graph, assemble = self.transform.stage(traced, treedef, template)
@@ -436,7 +288,7 @@ class Staged:
         if staged is None:
             if key in self._probes:
                 _touch(self._probes, key)
-                traced = self.transform.trace(self.fun, treedef, self._template(parts, leaves))
+                traced = self.transform.trace(self.fun, treedef, template_of(parts, leaves))
                 key = (key, _avals(traced.captures))
             cached = self._inline_cache.get(key)
             if cached is not None:
@@ -470,23 +322,20 @@ class Staged:
     def lower(self, *args):
         """Trace and transform for ``args`` (arrays or ``ShapeDtype`` leaves) without running:
         the IR, the generated source and ``compile()`` for this signature."""
-        from .aot import CallSignature
-        from .lowered import Lowered
-
         leaves, treedef = tree.flatten(args)
         diff = self.transform.differentiated(treedef)
         try:
             parts, _, _ = classify_leaves(leaves, diff, abstract=True)
         except BadLeaf as bad:
-            raise self._argument_error(args, bad.index) from None
+            raise self.argument_error(args, bad.index) from None
         graph, assemble, captures = self._stage(treedef, parts, leaves)
         if captures:
             raise TracerError(f"{self.name} closes over tracers of a trace in progress; it "
                               "cannot be lowered on its own")
         return Lowered(graph, self.device, self.name,
-                       CallSignature(self, treedef, parts, diff, assemble))
+                       CallSignature(self, treedef, parts, diff, assemble), self.lower_options)
 
-    def _staged_args(self, args, kwargs):
+    def staged_args(self, args, kwargs):
         """The staged call of ``args`` and ``kwargs`` (``Jitted`` binds keywords)."""
         if kwargs:
             raise TypeError(f"{self.name} takes no keyword arguments")
@@ -496,8 +345,23 @@ class Staged:
         """The signature as users see it (the arguments they passed)."""
         return signature_text(treedef, parts)
 
-    def cache_size(self):
-        return len(self._cache)
+
+def _avals(tracers):
+    return tuple((tuple(t.shape), t.dtype) for t in tracers)
+
+
+def _flat_key(arrays):
+    """The fast path's key of a call whose arguments are all strong Tensors: their arrays'
+    shapes and dtypes."""
+    return tuple([(a.shape, a.dtype) for a in arrays])
+
+
+def _touch(cache, key):
+    """Mark ``key`` recently used; another thread may have evicted it meanwhile."""
+    try:
+        cache.move_to_end(key)
+    except KeyError:
+        pass
 
 
 class _Result:
@@ -525,44 +389,16 @@ def regrouped(assemble, n):
     return lambda outs: build([outs[i] for i in order])
 
 
-def _flat_key(arrays):
-    """The fast path's key of a call whose arguments are all strong Tensors: their arrays'
-    shapes and dtypes."""
-    return tuple([(a.shape, a.dtype) for a in arrays])
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def _touch(cache, key):
-    """Mark ``key`` recently used; another thread may have evicted it meanwhile."""
-    try:
-        cache.move_to_end(key)
-    except KeyError:
-        pass
-
-
-class Static:
-    """A static argument value (jit's static_argnums/static_argnames): a pytree leaf that is
-    part of the signature by type and value, and must be hashable."""
-
-    __slots__ = ("value", "_key")
-
-    def __init__(self, value):
-        self.value = value
-        try:
-            self._key = (type(value), value.hex() if isinstance(value, float) else value)
-            hash(self._key)
-        except TypeError:
-            raise ValueError(
-                f"static arguments must be hashable, got {type(value).__name__}"
-            ) from None
-
-    def __hash__(self):
-        return hash(self._key)
-
-    def __eq__(self, other):
-        return isinstance(other, Static) and self._key == other._key
-
-    def __repr__(self):
-        return repr(self.value)
+def _user_stacklevel():
+    """The ``stacklevel`` that attributes a warning to the first caller outside quabla."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 COMPILE_MODES = ("eager", "background")
@@ -589,74 +425,9 @@ def check_max_traces(value):
     return int(value)
 
 
-class BadLeaf(Exception):
-    """Raised by ``classify_leaves`` for a leaf that is not an argument; ``Staged`` and aot's
-    ``CallSignature`` name it."""
-
-    def __init__(self, index):
-        super().__init__(index)
-        self.index = index
-
-
-def classify_leaves(leaves, diff, abstract=False):
-    """Classify leaves: (signature parts, dynamic array leaves, any tracer among them); aot's
-    ``CallSignature`` checks the arguments of a compiled call with it too.
-
-    Arrays (and anything with ``__array__`` or the buffer protocol, converted) are dynamic,
-    keyed by shape, dtype and weak flag; Python scalars are static weak constants outside
-    the differentiated leaves ``diff``; ``Static`` values are keyed by value; any other leaf
-    is an error (``BadLeaf``), never silently static.
-    """
-    parts = []
-    dynamic = []
-    traced = False
-    for i, leaf in enumerate(leaves):
-        t = type(leaf)
-        if t is Tensor:
-            v = leaf.value
-            parts.append((v.shape, v.dtype, leaf.weak))
-            dynamic.append(leaf)
-            continue
-        if t is TraceTensor:
-            parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf.weak))
-            dynamic.append(leaf)
-            traced = True
-            continue
-        if t is Static:
-            parts.append(("static", t, leaf))
-            continue
-        if t is float or t is int or t is bool or (
-                isinstance(leaf, _PYTHON_SCALARS) and not isinstance(leaf, np.generic)):
-            if i not in diff:
-                parts.append(("static", t, leaf.hex() if t is float else leaf))
-                continue
-            leaf = np.array(float(leaf))
-        elif not isinstance(leaf, (np.ndarray, np.generic, Array)) and not _array_like(leaf):
-            from .aot import ShapeDtype
-
-            if abstract and t is ShapeDtype:  # lower's abstract leaves: an aval, no data
-                parts.append(leaf.part)
-                continue
-            raise BadLeaf(i)
-        leaf = asarray(leaf)
-        parts.append((tuple(leaf.shape), leaf.dtype.numpy, leaf.weak))
-        dynamic.append(leaf)
-    return tuple(parts), dynamic, traced
-
-
-def _array_like(leaf):
-    """Whether a leaf converts to an array: ``__array__`` or the buffer protocol."""
-    if hasattr(leaf, "__array__"):
-        return True
-    try:
-        memoryview(leaf)
-    except TypeError:
-        return False
-    return True
-
-
 def function_name(fun):
-    """The name of ``fun`` in staged names, logs and errors (api's and aot's wrappers too)."""
+    """The name of ``fun`` in staged names, logs and errors: a staged function's own
+    (``jit(f)``, where ``__name__`` is ``f``'s), else its ``__name__``, else its type's."""
     if isinstance(fun, Staged):
         return fun.name
     name = getattr(fun, "__name__", None)

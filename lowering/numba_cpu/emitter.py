@@ -1,0 +1,317 @@
+"""The state of one entry's generation: ``Emitter`` emits the statements of a graph (the
+entry's, or a region's sub-graph inside its loop or branch) as lines of Python source, and
+tracks where each value lives (a result array, a scratch slot, a view, a scalar local).
+
+What a statement becomes is decided elsewhere: fused groups in ``groups.py``, tile loops in
+``tiles.py``, every other op by its entry of the lowering table (``table.LOWERINGS``, filled
+by ``structural.py``, ``linalg.py`` and ``regions.py``). Every array is a typed pointer to its
+first element, indexed with its row-major offset (``at``).
+"""
+
+import math
+
+from quabla.core.graph import Node
+from quabla.core.primitives import PRIMITIVES
+from ..loopnest.buffers import PRIVATE, ScratchPlan
+from ..loopnest.schedule import Group, TileBegin, TileEnd, kind, last_uses, schedule
+from ..loopnest.templates import literal, scalar_expression
+from .groups import emit_group
+from .source import ZERO_BITS, flat_index, node_id
+from .table import LOWERINGS
+from .tiles import begin_tile, end_tile
+
+__all__ = ["Emitter", "Renumbered"]
+
+
+class Emitter:
+    """Emits the statements of ``graph`` (the entry's, or a region's sub-graph inside its loop
+    or branch: ``parent`` is then the emitter of the enclosing graph, whose lines, constants
+    and node numbering it shares). Output k is stored to ``targets[k]``: an array variable, or
+    for a 0-d output an assignable expression."""
+
+    def __init__(self, graph, targets, parent=None):
+        self.graph = graph
+        self.nodes = graph.nodes
+        self.lines = parent.lines if parent else []
+        self.targets = targets
+        self.results = {}    # output node -> the index of the first result it is
+        for k, o in enumerate(graph.outputs):
+            self.results.setdefault(o, k)
+        self.result_of = {}  # variable -> index of the result array it is (a view of)
+        # non-scalar constant arrays, in the argument tuple after the results
+        self.constants = parent.constants if parent else []
+        self.numbered = parent.numbered if parent else [len(graph.nodes)]  # next node id free
+        self.region_results = {}  # region node -> the variables of its results
+        self.inlined = {}    # group member -> its expression, spliced into its single consumer
+        self.nesting = {}    # group member -> the bracket depth of its expression
+        self.plan = ScratchPlan()  # where intermediates live in the scratch buffers
+        self.slots = []      # (variable, dtype name, offset, shape) of each scratch view
+        self.root = {}       # variable in the scratch buffers -> the variable owning its slot
+        self.now = 0         # index of the statement being emitted
+        self.last_use = {}   # node id -> index of the last statement that reads it
+        self.stored = set()  # group members that have a buffer
+        self.consumers = {}
+        for nid, node in enumerate(graph.nodes):
+            for o in node.operands:
+                self.consumers.setdefault(o, []).append(nid)
+        self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
+        self.loop_end = 0    # index of its TileEnd
+        self.indent = parent.indent + 1 if parent else 0  # extra indentation: + 1 in a loop
+        self.shapes = {}     # variable -> the shape of the array it names, where known
+        self.slot_of = {}    # variable in the scratch buffers -> (dtype name, offset)
+        self.views = {}      # (dtype name, offset, shape) -> the prologue view of that slot
+        self.hoisted = {}    # product in a tile loop -> its right operand, arranged before it
+        self.threads = 1     # threads the tile loop may be split across (see threads.py)
+        self.threaded = None  # the TileBegin split across them, if any
+        self.private = False  # allocating per-thread scratch (in a threaded loop)
+        self.split = None    # (first line of the loop phase, first line after it)
+        self.partials = []   # (variable, buffer, offset, shape, thread) of each partial's view
+
+    def emit(self, line, depth=1):
+        self.lines.append("    " * (depth + self.indent) + line)
+
+    def run(self):
+        """Emits the statements of the graph, then stores its outputs to their targets."""
+        graph = self.graph
+        for nid in graph.inputs:
+            self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
+        statements = schedule(graph)
+        self.last_use = last_uses(graph, statements)
+        for k, stmt in enumerate(statements):
+            self.now = k
+            if isinstance(stmt, Group):
+                emit_group(self, stmt)
+            elif isinstance(stmt, TileBegin):
+                end = next(j for j in range(k, len(statements))
+                           if isinstance(statements[j], TileEnd))
+                begin_tile(self, stmt, end, [st.nid for st in statements[k + 1:end]
+                                             if not isinstance(st, Group)])
+            elif isinstance(stmt, TileEnd):
+                end_tile(self, stmt.begin)
+            else:
+                self.single(stmt.nid)
+            self.plan.release(k)
+        self.now = len(statements)
+        for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
+            node, var = graph.nodes[o], f"v{o}"
+            if node.shape == ():
+                self.emit(f"{self.targets[k]} = _cast_{node.dtype.name}({var})")
+            elif self.result_of.get(var) != k:
+                self.copy(self.targets[k], var, node.shape)
+
+    def in_tile(self, nid):
+        return self.tile is not None and nid in self.tile.values
+
+    def local_shape(self, nid):
+        """The shape of node ``nid``'s array where it is being emitted: a tile in the loop."""
+        shape = tuple(self.nodes[nid].shape)
+        return (self.tile.tile,) + shape[1:] if self.in_tile(nid) else shape
+
+    def rows(self, nid, idx):
+        """``idx`` (loop indices of a tile) for reading node ``nid``'s array: the global row if
+        that array holds all rows."""
+        if self.tile is None or self.in_tile(nid) or not idx:
+            return list(idx)
+        return self.global_rows(idx)
+
+    @staticmethod
+    def global_rows(idx):
+        return [f"(r + {idx[0]})"] + list(idx[1:])
+
+    def export(self, nid):
+        """Copies the tile of ``nid`` into its full-size array, if statements after the loop
+        (or the outputs) read it."""
+        if self.tile is None or nid not in self.tile.exports:
+            return
+        shape = self.local_shape(nid)
+        idx = [f"i{k}" for k in range(len(shape))]
+        self.loops(shape, f"{self.at(f'f{nid}', self.global_rows(idx))} = "
+                          f"{self.at(f'v{nid}', idx)}")
+
+    def alloc(self, var, shape, dtype, fill=None, result=None, expiry=None):
+        """``var`` = an array of ``shape``: the result array of output node ``result``, else a
+        slot of the scratch buffer of its dtype (see lowering/loopnest/buffers.py), free again after
+        statement ``expiry`` (the last reader of node ``var``; this statement for temporaries)."""
+        shape = tuple(shape)
+        if var[0] == "v" and self.in_tile(node_id(var)):
+            # a tile: scratch (an exported one is copied out), free after the loop at the latest
+            result = None
+            expiry = min(self.last_use.get(node_id(var), self.now), self.loop_end)
+        if self.private:  # each thread's own: a partial sum is combined into the result later
+            result = None
+        k = self.results.get(result)
+        if k is not None and self.nodes[result].shape != ():
+            self.emit(f"{var} = {self.targets[k]}")  # a pointer: any shape
+            self.result_of[var] = k
+        else:
+            size = math.prod(shape)  # exact: too big to allocate fails at the call
+            if expiry is None:
+                expiry = self.last_use.get(node_id(var), self.now) if var[0] == "v" else self.now
+            buffer = dtype.name + (PRIVATE if self.private else "")
+            start = self.plan.take(var, buffer, size, expiry)
+            self.slots.append((var, buffer, start, shape))  # viewed in the prologue
+            self.root[var] = var
+            self.slot_of[var] = (buffer, start)
+            self.views[(buffer, start, shape)] = var
+        self.shapes[var] = shape
+        if fill is not None and fill in ZERO_BITS:
+            self.emit(f"_zero({var}, {math.prod(shape)})")
+        elif fill is not None:  # a loop: ndarray.fill costs a Numba compile per array type
+            self.loops((math.prod(shape),), f"{var}[i0] = {fill}")
+
+    def at(self, var, idx):
+        """The element of array ``var`` at index ``idx`` (expressions, one per axis)."""
+        return f"{var}[{flat_index(self.shapes[var], idx)}]"
+
+    def copy(self, target, source, shape):
+        """``target`` = ``source``, both C-contiguous arrays of ``shape`` and one dtype."""
+        self.emit(f"_copy({target}, {source}, {math.prod(shape)})")
+
+    def loops(self, shape, statement):
+        for depth, n in enumerate(shape):
+            self.emit(f"for i{depth} in range({n}):", depth + 1)
+        self.emit(statement, len(shape) + 1)
+
+    def reshaped(self, name, shape, var=None):
+        """``name`` seen with ``shape`` (C order), as ``var`` if given: ``name`` itself when
+        it has that shape already, another view of its scratch slot when it lives in one (made
+        in the prologue with the others, once per slot and shape), else the same pointer."""
+        shape = tuple(shape)
+        if self.shapes.get(name) == shape and var is None:
+            return name
+        slot = self.slot_of.get(name)
+        if slot is not None:
+            # the same memory seen the same way is the same array: one argument for it
+            known = name if self.shapes.get(name) == shape else self.views.get(slot + (shape,))
+            if known is None:
+                known = self.views[slot + (shape,)] = var or f"{name}_{len(self.slots)}"
+                self.slots.append((known, slot[0], slot[1], shape))
+            elif var is not None:
+                self.emit(f"{var} = {known}")
+            var = var or known
+            self.slot_of[var] = slot
+            self.root[var] = self.root.get(name, name)
+        elif var is None:
+            return name
+        else:
+            self.emit(f"{var} = {name}")
+        self.shapes[var] = shape
+        return var
+
+    def view(self, var, of, nid):
+        """``var`` (node ``nid``) is a view of ``of``: it keeps the slot of ``of`` alive."""
+        if of in self.result_of:
+            self.result_of[var] = self.result_of[of]
+        if of in self.root:
+            self.root[var] = self.root[of]
+            self.plan.extend(self.root[of], self.last_use.get(nid, self.now))
+
+    def read(self, nid, group, idx):
+        """The expression for node ``nid``'s value at loop index ``idx`` inside ``group``."""
+        node = self.nodes[nid]
+        if group is not None and nid in group.member_set and kind(node) != "reduction":
+            return self.inlined.pop(nid, f"s{nid}")
+        if kind(node) == "index_map" and nid not in self.stored:
+            return self.gather(node, group, idx)  # an index map of another group: gather again
+        if node.shape == ():
+            return f"v{nid}"
+        return self.at(f"v{nid}", self.rows(nid, idx))
+
+    def gather(self, node, group, idx):
+        """Index maps read their (materialised) source at a remapped index."""
+        source = node.operands[0]
+        src = self.nodes[source]
+        if src.shape == ():
+            return f"v{source}"
+        idx = self.rows(source, idx)
+        params = dict(node.params)
+        if node.op == "broadcast_in_dim":
+            sidx = [idx[d] for d in params["broadcast_dimensions"]]
+        elif node.op == "transpose":
+            perm = params["permutation"]
+            sidx = [None] * len(perm)
+            for k, p in enumerate(perm):
+                sidx[p] = idx[k]
+        elif node.op == "rev":
+            flipped = params["dimensions"]
+            sidx = [f"{n - 1} - {i}" if d in flipped else i
+                    for d, (i, n) in enumerate(zip(idx, src.shape))]
+        else:  # slice
+            sidx = [
+                f"{s} + {st} * {i}" if st != 1 else (f"{s} + {i}" if s else i)
+                for i, s, st in zip(idx, params["start_indices"], params["strides"])
+            ]
+        return self.at(f"v{source}", sidx)
+
+    def single(self, nid):
+        node = self.nodes[nid]
+        op = node.op
+        params = dict(node.params)
+        args = [f"v{o}" for o in node.operands]
+        out = f"v{nid}"
+        if op == "constant":
+            value = params["value"].value
+            if node.shape == ():
+                self.emit(f"{out} = {literal(value.item(), node.dtype.name)}")
+            else:
+                self.emit(f"{out} = c{len(self.constants)}")
+                self.shapes[out] = tuple(node.shape)
+                self.constants.append(value)
+            return
+        if node.shape == () and PRIMITIVES[op].elementwise:
+            self.emit(f"{out} = {scalar_expression(node, args)}")
+            return
+        LOWERINGS[op](self, node, out, args, **params)
+        self.export(nid)
+
+    def sub_graph(self, graph, inputs, targets, in_place=None):
+        """Emits a region's sub-graph ``graph`` at this point (in the loop or branch just
+        opened): its inputs are this graph's variables ``inputs``, its outputs go to
+        ``targets``; ``in_place`` maps input positions to the outputs whose target that input
+        already is. Its nodes are numbered after all others, so its variables are its own; its
+        intermediates get a scratch plan of their own, placed by ``place_blocks``."""
+        base = self.numbered[0]
+        self.numbered[0] += len(graph.nodes)
+        child = Emitter(Renumbered(graph, base), targets, parent=self)
+        for p, (nid, var) in enumerate(zip(child.graph.inputs, inputs)):
+            child.emit(f"v{nid} = {var}")
+            if p in (in_place or {}):
+                child.result_of[f"v{nid}"] = in_place[p]
+        if not graph.inputs:
+            child.emit("pass")
+        child.run()
+        return child
+
+    def place_blocks(self, children):
+        """Reserves a block of this graph's scratch buffers for the intermediates of the
+        region's sub-graphs ``children`` (one at a time runs, so they share it) and places
+        their slots in it."""
+        for name in sorted(set().union(*(c.plan.size for c in children))):
+            size = max(c.plan.size.get(name, 0) for c in children)
+            start = self.plan.take(("block", self.now, name), name, size, self.now)
+            for c in children:
+                self.slots += [(var, n, s + start, shape) for var, n, s, shape in c.slots
+                               if n == name]
+
+    def results_of(self, nid):
+        """The ``get`` nodes of region ``nid``, by result index."""
+        gets = {}
+        for c in self.consumers.get(nid, ()):
+            if self.nodes[c].op == "get":
+                gets.setdefault(dict(self.nodes[c].params)["index"], []).append(c)
+        return gets
+
+
+class Renumbered:
+    """A region's sub-graph with its node ids moved up by ``base`` (the ids below are
+    placeholders): the variables named after its nodes (``v12``, ``s12``) are then distinct
+    from those of the graphs around it."""
+
+    _PLACEHOLDER = Node("input", (), (), (), None)
+
+    def __init__(self, graph, base):
+        self.nodes = [self._PLACEHOLDER] * base + [
+            Node(n.op, tuple(o + base for o in n.operands), n.params, n.shape, n.dtype, n.weak)
+            for n in graph.nodes]
+        self.inputs = [i + base for i in graph.inputs]
+        self.outputs = [o + base for o in graph.outputs]

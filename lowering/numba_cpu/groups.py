@@ -1,0 +1,116 @@
+"""Fused groups: a ``Group`` of the schedule (elementwise ops, index maps and the reductions
+consuming them, over one shape) becomes one loop nest whose members are scalar locals; a
+member read once is spliced into its reader's expression instead (fewer locals, which Numba
+compiles faster), up to ``SPLICE_DEPTH`` brackets and ``SPLICE_LENGTH`` characters (deeper,
+Python refuses the source)."""
+
+import functools
+import re
+
+from quabla.core.primitives import PRIMITIVES
+from ..loopnest.schedule import kind
+from ..loopnest.templates import combine, literal, operand_names, scalar_expression
+
+__all__ = ["emit_group", "reduction_init", "SPLICE_DEPTH", "SPLICE_LENGTH"]
+
+SPLICE_DEPTH = 40
+SPLICE_LENGTH = 2000
+
+
+def emit_group(e, group):
+    """The loop nest of ``group``: accumulators and stored members first, then one loop per
+    axis, each member a local (or spliced), reductions accumulated in place."""
+    shape = tuple(group.shape)
+    if e.tile is not None:
+        shape = (e.tile.tile,) + shape[1:]
+    e.stored |= group.materialized
+    idx = [f"i{k}" for k in range(len(shape))]
+    for m in group.members:
+        node = e.nodes[m]
+        if kind(node) == "reduction":
+            reduction_init(e, node, m)
+        elif m in group.materialized:
+            e.alloc(f"v{m}", shape, node.dtype, result=m)
+    for depth, (i, n) in enumerate(zip(idx, shape)):
+        e.emit(f"for {i} in range({n}):", depth + 1)
+    depth = len(shape) + 1
+    single_use = single_uses(e, group)
+    for m in group.members:
+        node = e.nodes[m]
+        if kind(node) == "reduction":
+            reduction_step(e, node, m, group, idx, depth)
+            continue
+        if kind(node) == "index_map":
+            expr = e.gather(node, group, idx)
+            nesting = 2
+        else:
+            nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
+                [e.nesting.get(o, 2) for o in node.operands if o in e.inlined] + [2])
+            expr = scalar_expression(node, [e.read(o, group, idx) for o in node.operands])
+        if m in single_use and nesting <= SPLICE_DEPTH and len(expr) <= SPLICE_LENGTH:
+            e.inlined[m] = expr
+            e.nesting[m] = nesting
+            continue
+        e.emit(f"s{m} = {expr}", depth)
+        if m in group.materialized:
+            e.emit(f"{e.at(f'v{m}', idx)} = s{m}", depth)
+        if e.tile is not None and m in e.tile.exports:
+            e.emit(f"{e.at(f'f{m}', e.global_rows(idx))} = s{m}", depth)
+    for m in group.members:
+        if kind(e.nodes[m]) == "reduction":
+            e.export(m)
+
+
+def single_uses(e, group):
+    """Members read exactly once, by another member whose template names that operand once:
+    their expression is spliced into the reader (fewer locals: Numba compiles faster)."""
+    uses = {}
+    for m in group.members:
+        node = e.nodes[m]
+        if kind(node) == "index_map":
+            continue
+        template = PRIMITIVES[node.op].scalar if kind(node) != "reduction" else "{x}"
+        names = ("x",) if kind(node) == "reduction" else operand_names(node.op)
+        for o, name in zip(node.operands, names):
+            weight = template.count("{" + name + "}")
+            uses[o] = uses.get(o, 0) + weight
+    return {
+        m for m in group.members
+        if uses.get(m) == 1 and m not in group.materialized
+        and kind(e.nodes[m]) != "reduction" and consumers_in(e, m, group)
+    }
+
+
+def consumers_in(e, nid, group):
+    """Every reader of ``nid`` is in ``group``; a clone (a member recomputed here, see
+    schedule._rematerialize) has readers elsewhere too, but here only these read it."""
+    return nid in group.clones or all(c in group.member_set for c in e.consumers.get(nid, ()))
+
+
+def reduction_init(e, node, nid):
+    """The accumulator of a reduction, set to the reduction's identity."""
+    if e.tile is not None and nid in e.tile.accumulated:
+        return  # initialised before the tile loop
+    init = literal(PRIMITIVES[node.op].identity, node.dtype.name)
+    if node.shape == ():
+        e.emit(f"v{nid} = {init}")
+    else:
+        e.alloc(f"v{nid}", e.local_shape(nid), node.dtype, fill=init, result=nid)
+
+
+def reduction_step(e, node, nid, group, idx, depth):
+    axes = dict(node.params)["axes"]
+    value = e.read(node.operands[0], group, idx)
+    target = f"v{nid}" if node.shape == () else (
+        e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
+    e.emit(f"{target} = {combine(node.op, target, value)}", depth)
+
+
+@functools.lru_cache(maxsize=None)
+def _nesting(template):
+    """How deep ``template`` nests brackets around its operands (at most)."""
+    deepest = depth = 0
+    for ch in re.sub(r"{\w+}", "", template):
+        depth += (ch in "([") - (ch in ")]")
+        deepest = max(deepest, depth)
+    return deepest

@@ -1,0 +1,211 @@
+"""Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest, the
+runtime's ``_matmul``, or BLAS through ``runtime._gemm`` for large products when SciPy is
+installed), and ``solve``, ``cholesky``, ``triangular_solve`` over the matrices of a stack
+through the kernels of ``kernels.py``."""
+
+import math
+import os
+
+from .. import native
+from ..loopnest.products import product
+from ..loopnest.templates import literal
+from .source import FLOAT64, node_id
+from .table import register
+
+__all__ = ["local_product", "product_result", "rhs_operand", "blas_available", "BLAS_THRESHOLD"]
+
+# Products with at least this many multiply-adds go to BLAS when SciPy (whose dgemm generated
+# code calls) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no
+# BLAS threads to wake.
+BLAS_THRESHOLD = 1 << 18
+# OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
+SMALL_PRODUCT = 1_000_000
+# Products without BLAS of at most this many multiply-adds are emitted as plain loops: the
+# first call of the runtime's _matmul costs a Numba compile of its own (~0.4 s).
+SMALL_LOOP = 4096
+
+
+def blas_available():
+    """Whether large products go to BLAS: QUABLA_BLAS is not 0 and SciPy's dgemm is found."""
+    return os.environ.get("QUABLA_BLAS", "1") != "0" and bool(native.blas_symbols())
+
+
+def local_product(e, node):
+    """The ``Product`` of a dot_general where it is emitted (a tile's rows in the loop)."""
+    lshape, rshape = (e.local_shape(o) for o in node.operands)
+    return product(node.kw["dimension_numbers"], lshape, rshape)
+
+
+def product_result(e, node, out, t):
+    if node.shape == ():
+        e.emit(f"{out} = {t}[0]")
+    else:
+        e.reshaped(t, e.local_shape(node_id(out)), out)
+        e.view(out, t, node_id(out))
+
+
+def dot_general(e, node, out, args, dimension_numbers):
+    """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
+    BLAS (runtime._gemm, which needs SciPy) for large products, a vectorisable loop nest
+    else.
+    In a tile loop, a product that sums over the rows adds each tile's part to its
+    accumulator (set up before the loop)."""
+    (lc, _), _ = dimension_numbers
+    lhs = e.nodes[node.operands[0]]
+    nid = node_id(out)
+    lshape = e.local_shape(node.operands[0])
+    p = local_product(e, node)
+    B, M, K, N = p.dims
+    blas, _ = blas_2d(e, node)
+    t = f"t{out}"
+    accumulate = e.tile is not None and nid in e.tile.accumulated
+    target = f"p{out}" if accumulate else t
+    expiry = e.now if accumulate else e.last_use.get(nid, e.now)
+    if e.in_tile(nid):
+        expiry = min(expiry, e.loop_end)
+    result = nid if e.tile is None else None
+    if blas and B == 1:
+        # one 2-d product: a transposed operand is passed with its flag (BLAS reads
+        # it in place), not copied into a permuted scratch array first
+        a, ta = operand_2d(e, f"{t}a", args[0], lshape, p.lhs_free, lc, M, K, lhs.dtype)
+        b, tb = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
+        e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
+        e.emit(f"_gemm({a}, {b}, {target}, {M}, {K}, {N}, {int(ta)}, {int(tb)})")
+    else:
+        a = arrange(e, f"{t}a", args[0], lshape, lhs.dtype, p.lhs_order, (B, M, K))
+        b = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
+        e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
+        if blas:
+            e.emit(f"for b in range({B}):")
+            e.emit(f"_gemm(_offset({a}, b * {M * K}), _offset({b}, b * {K * N}), "
+                   f"_offset({target}, b * {M * N}), {M}, {K}, {N}, 0, 0)", 2)
+        elif B * M * K * N <= SMALL_LOOP:
+            small_product(e, a, b, target, (B, M, K, N), node.dtype)
+        else:
+            views = [f"carray({v}, {shape})" for v, shape in
+                     zip((a, b, target), ((B, M, K), (B, K, N), (B, M, N)))]
+            e.emit(f"_matmul({', '.join(views)})")
+    if accumulate:
+        e.loops((B * M * N,), f"{t}[i0] += {target}[i0]")
+    else:
+        product_result(e, node, out, t)
+
+
+def small_product(e, a, b, out, dims, dtype):
+    """``out`` = (B, M, K) x (B, K, N) as a plain loop nest summing over k in order (as
+    ``_matmul`` does, so the same bits): cheaper to compile than a first call of
+    ``_matmul``, and as fast for products this small."""
+    B, M, K, N = dims
+    acc = f"{out}s"
+    e.emit(f"for i0 in range({B}):")
+    e.emit(f"for i1 in range({M}):", 2)
+    e.emit(f"for i2 in range({N}):", 3)
+    e.emit(f"{acc} = {literal(0.0, dtype.name)}", 4)
+    e.emit(f"for k in range({K}):", 4)
+    e.emit(f"{acc} = {acc} + {e.at(a, ['i0', 'i1', 'k'])} * "
+           f"{e.at(b, ['i0', 'k', 'i2'])}", 5)
+    e.emit(f"{e.at(out, ['i0', 'i1', 'i2'])} = {acc}", 4)
+
+
+def blas_2d(e, node):
+    """Does this product go to BLAS as a single 2-d product?"""
+    B, M, K, N = local_product(e, node).dims
+    work = B * M * N * K
+    if e.tile is not None:  # the whole product decides, not one tile of it
+        work = work * (e.tile.extent // e.tile.tile)
+    return work >= BLAS_THRESHOLD and blas_available(), B == 1
+
+
+def rhs_operand(e, node, target, expiry=None):
+    """The right operand of a product as the kernel takes it: (contraction, cols) for a
+    2-d BLAS product (with its transposition flag, see ``operand_2d``), else (batch,
+    contraction, cols). For a small BLAS product (OpenBLAS's
+    small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or more it is copied when it
+    would be read transposed: those kernels multiply by a transposed right operand ~1.5x
+    slower (8 x 128x32 @ 32x32: 57 us instead of 38 us); the copy is smaller than the
+    left operand."""
+    (_, rc), _ = node.kw["dimension_numbers"]
+    rhs = e.nodes[node.operands[1]]
+    rshape = e.local_shape(node.operands[1])
+    p = local_product(e, node)
+    B, M, K, N = p.dims
+    name = f"v{node.operands[1]}"
+    blas, two_d = blas_2d(e, node)
+    if blas and two_d:
+        small = M * K * N <= SMALL_PRODUCT and M >= 16 and K * N <= M * K
+        return operand_2d(e, target, name, rshape, rc, p.rhs_free, K, N, rhs.dtype,
+                          copy_transposed=small, expiry=expiry)
+    return arrange(e, target, name, rshape, rhs.dtype, p.rhs_order, (B, K, N), expiry=expiry)
+
+
+def operand_2d(e, target, name, shape, first, second, rows, cols, dtype=None,
+               copy_transposed=False, expiry=None):
+    """``(pointer, transposed)``: the operand (of ``shape``) with axes ``first`` as rows and
+    ``second`` as columns as _gemm takes it without a copy: its own memory when those axes
+    are already in memory order, the same read as transposed when they are in the opposite
+    order, else a copy into a C-contiguous scratch array."""
+    order = lambda dims: [d for d in dims if shape[d] != 1]
+    increasing = lambda dims: all(a < b for a, b in zip(dims, dims[1:]))
+    if increasing(order(first) + order(second)):
+        return name, False
+    if increasing(order(second) + order(first)) and not copy_transposed:
+        return name, True
+    return arrange(e, target, name, shape, dtype, tuple(first) + tuple(second),
+                   (1, rows, cols), expiry=expiry), False
+
+
+def arrange(e, target, name, shape, dtype, perm, shape3, expiry=None):
+    """The operand (of ``shape``) with axes in ``perm`` order, as a C-contiguous 3-d array
+    (returns its variable); a permutation is copied with loops into ``target`` (cheaper to
+    compile than np.ascontiguousarray)."""
+    if perm != tuple(range(len(shape))):
+        permuted = tuple(shape[p] for p in perm)
+        e.alloc(target, permuted, dtype, expiry=expiry)
+        source = [None] * len(perm)
+        for k, p in enumerate(perm):
+            source[p] = f"i{k}"
+        idx = [f"i{k}" for k in range(len(perm))]
+        e.loops(permuted, f"{e.at(target, idx)} = {e.at(name, source)}")
+        name = target
+    return e.reshaped(name, shape3, f"{target}3")
+
+
+def solve(e, node, out, args):
+    rank = len(e.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
+    n = node.shape[rank - 2]
+    m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
+    stacked(e, "_solve", node, out, args, [(n, n), (n, m), (n, m)],
+            [(f"t{out}lu", (n, n)), (f"t{out}x", (n, m))])
+
+
+def cholesky(e, node, out, args):
+    n = node.shape[-1]
+    stacked(e, "_cholesky", node, out, args, [(n, n), (n, n)], [(f"t{out}low", (n, n))])
+
+
+def triangular_solve(e, node, out, args, lower, transpose_a):
+    rank = len(e.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
+    n = node.shape[rank - 2]
+    m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
+    stacked(e, "_triangular_solve", node, out, args, [(n, n), (n, m), (n, m)],
+            [(f"t{out}x", (n, m))], flags=(lower, transpose_a))
+
+
+def stacked(e, kernel, node, out, args, matrices, workspaces, flags=()):
+    """``kernel`` on each matrix of a stack (the leading axes), through 2-d views of the
+    operands and of ``out`` (of shapes ``matrices``, out's last); the float64 ``workspaces``
+    are shared by all matrices, the static ``flags`` follow them."""
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    for name, shape in workspaces:
+        e.alloc(name, shape, FLOAT64)
+    workspaces = [(f"carray({name}, {shape})", shape) for name, shape in workspaces]
+    batch = math.prod(node.shape) // math.prod(matrices[-1])
+    views = [f"carray(_offset({v}, b * {math.prod(shape)}), {shape})"
+             for v, shape in zip(args + [out], matrices)]
+    e.emit(f"for b in range({batch}):")
+    names = [name for name, _ in workspaces] + [repr(flag) for flag in flags]
+    e.emit(f"{kernel}({', '.join(views + names)})", 2)
+
+
+register({"dot_general": dot_general, "solve": solve, "cholesky": cholesky,
+          "triangular_solve": triangular_solve})

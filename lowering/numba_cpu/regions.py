@@ -1,0 +1,135 @@
+"""Lowerings of the control-flow regions: real ``for`` loops (``scan``, down for ``reverse``),
+``while True: ... break`` and ``if``/``else`` around their sub-graphs, emitted once by a child
+emitter (``Emitter.sub_graph``) whose scratch becomes one block of the parent's. Scalar carries
+are locals; an array carry is two slots swapped every iteration, or one updated in place."""
+
+import math
+
+from .source import node_id
+from .table import register
+
+__all__ = []
+
+
+def region_array(e, var, gets, shape, dtype, swapped=False):
+    """A buffer for a region's result, live as long as its ``gets`` are: the graph's result
+    array if one of them is an output (unless the buffer is ``swapped`` with another each
+    iteration), else a scratch slot."""
+    expiry = max([e.last_use.get(g, e.now) for g in gets] + [e.now])
+    result = None if swapped else next((g for g in gets if g in e.results), None)
+    e.alloc(var, shape, dtype, result=result, expiry=expiry)
+    if swapped:  # the variable names either slot in turn: it stands for neither
+        e.views = {key: v for key, v in e.views.items() if v != var}
+        e.slot_of.pop(var, None)
+
+
+def carries(e, nid, body, inits, offset):
+    """The carry of loop ``nid``, its initial values copied in: ``(current, next,
+    in_place)``. A 0-d carry is a local; an array carry is two slots, the body reading one
+    and writing the other, swapped after each iteration (``swap``), or one slot updated in
+    place when the body passes it through or only adds rows to it (its one reader a
+    ``dynamic_update_add`` giving the new carry). The carry is input ``offset + k`` of the
+    body and output k."""
+    gets = e.results_of(nid)
+    readers = {}
+    for c, n in enumerate(body.nodes):
+        for o in n.operands:
+            readers.setdefault(o, []).append(c)
+    current, following, in_place = [], [], {}
+    for k, init in enumerate(inits):
+        inp, res = body.inputs[offset + k], body.outputs[k]
+        node, var = body.nodes[inp], f"q{nid}_{k}"
+        if node.shape == ():
+            e.emit(f"{var} = _cast_{node.dtype.name}({init})")
+            current.append(var)
+            following.append(var)
+            continue
+        single = res == inp or (
+            body.nodes[res].op == "dynamic_update_add" and readers.get(inp) == [res]
+            and inp not in body.outputs)
+        region_array(e, var, gets.get(k, ()), node.shape, node.dtype, swapped=not single)
+        e.copy(var, init, node.shape)
+        current.append(var)
+        if single:
+            following.append(var)
+            in_place[offset + k] = k
+        else:
+            region_array(e, var + "n", gets.get(k, ()), node.shape, node.dtype, swapped=True)
+            e.plan.tie(var, var + "n")
+            following.append(var + "n")
+    return current, following, in_place
+
+
+def swap(e, current, following):
+    for a, b in zip(current, following):
+        if a != b:
+            e.emit(f"{a}, {b} = {b}, {a}", 2)
+
+
+def scan(e, node, out, args, body, length, lower, reverse, n_carry):
+    """A ``for`` loop over the steps (down for ``reverse``); each y is written to row k of
+    its stack."""
+    nid = node_id(out)
+    current, following, in_place = carries(e, nid, body, args[:n_carry], 1)
+    gets, stacks, targets, rows = e.results_of(nid), [], list(following), []
+    for j, o in enumerate(body.outputs[n_carry:], n_carry):
+        y, stack = body.nodes[o], f"q{nid}_{j}"
+        region_array(e, stack, gets.get(j, ()), (length,) + tuple(y.shape), y.dtype)
+        stacks.append(stack)
+        if y.shape == ():
+            targets.append(f"{stack}[k{nid}]")
+        else:
+            targets.append(f"{stack}r")
+            rows.append(f"{stack}r = _offset({stack}, k{nid} * {math.prod(y.shape)})")
+    steps = f"{length - 1}, -1, -1" if reverse else f"{length}"
+    e.emit(f"for k{nid} in range({steps}):")
+    for line in rows:
+        e.emit(line, 2)
+    index = f"np.float64(k{nid} + {lower})" if lower else f"np.float64(k{nid})"
+    child = e.sub_graph(body, [index] + current + args[n_carry:], targets, in_place)
+    swap(e, current, following)
+    e.place_blocks([child])
+    e.region_results[nid] = current + stacks
+
+
+def while_loop(e, node, out, args, cond_fun, body, n_carry):
+    nid = node_id(out)
+    current, following, in_place = carries(e, nid, body, args[:n_carry], 0)
+    operands = current + args[n_carry:]
+    e.emit("while True:")
+    test = e.sub_graph(cond_fun, operands, [f"q{nid}_go"])
+    e.emit(f"if not q{nid}_go:", 2)
+    e.emit("break", 3)
+    child = e.sub_graph(body, operands, following, in_place)
+    swap(e, current, following)
+    e.place_blocks([test, child])
+    e.region_results[nid] = current
+
+
+def cond(e, node, out, args, true_fun, false_fun):
+    """``if``/``else``; both branches store their results to the same variables."""
+    nid = node_id(out)
+    gets, targets = e.results_of(nid), []
+    for k, o in enumerate(true_fun.outputs):
+        r, var = true_fun.nodes[o], f"q{nid}_{k}"
+        if r.shape != ():
+            region_array(e, var, gets.get(k, ()), r.shape, r.dtype)
+        targets.append(var)
+    e.emit(f"if {args[0]}:")
+    yes = e.sub_graph(true_fun, args[1:], targets)
+    e.emit("else:")
+    no = e.sub_graph(false_fun, args[1:], targets)
+    e.place_blocks([yes, no])
+    e.region_results[nid] = targets
+
+
+def get(e, node, out, args, index):
+    """A region's result: the variable holding it."""
+    var = e.region_results[node.operands[0]][index]
+    e.emit(f"{out} = {var}")
+    if node.shape != ():
+        e.shapes[out] = tuple(node.shape)
+        e.view(out, var, node_id(out))
+
+
+register({"scan": scan, "while": while_loop, "cond": cond, "get": get})

@@ -1,0 +1,103 @@
+"""Lowerings of the whole-array structural ops: reshape (a view), pad and concatenate (loops),
+``dynamic_index`` and ``dynamic_update_add`` (a row read or updated in place where it can)."""
+
+import math
+
+from .source import node_id
+from .table import register
+
+__all__ = []
+
+
+def reshape(e, node, out, args, new_shape):
+    new_shape = e.local_shape(node_id(out))
+    src = e.nodes[node.operands[0]]
+    if src.shape == ():
+        e.alloc(out, new_shape, node.dtype, fill=args[0], result=node_id(out))
+    elif new_shape == ():
+        e.emit(f"{out} = {args[0]}[0]")
+    else:
+        e.reshaped(args[0], new_shape, out)
+        e.view(out, args[0], node_id(out))
+
+
+def pad(e, node, out, args, low, high, interior):
+    """Zeros with the operand scattered in: plain loops (slice assignment would make Numba
+    compile its error-message machinery, seconds per process)."""
+    src = e.nodes[node.operands[0]]
+    e.alloc(out, node.shape, node.dtype, fill="0", result=node_id(out))
+    idx = [f"i{k}" for k in range(len(src.shape))]
+    target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
+    e.loops(src.shape, f"{e.at(out, target)} = {e.at(args[0], idx)}")
+
+
+def concatenate(e, node, out, args, axis):
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    offset = 0
+    for name, o in zip(args, node.operands):
+        shape = e.nodes[o].shape
+        idx = [f"i{k}" for k in range(len(shape))]
+        target = list(idx)
+        target[axis] = f"{offset} + i{axis}" if offset else f"i{axis}"
+        e.loops(shape, f"{e.at(out, target)} = {e.at(name, idx)}")
+        offset += shape[axis]
+
+
+def per_row(e, nid, shape, b, index, n, statement):
+    """Loops over the ``b`` leading (batch) axes of ``shape``, the clamped row ``j<nid>`` of
+    each, then over the rest; ``statement(batch, row, rest)`` gets the index lists."""
+    idx = [f"i{k}" for k in range(len(shape))]
+    for depth, extent in enumerate(shape[:b]):
+        e.emit(f"for i{depth} in range({extent}):", depth + 1)
+    at = e.at(index, idx[:b]) if b else index
+    e.emit(f"j{nid} = _clamp_index({at}, {n})", b + 1)
+    for depth, extent in enumerate(shape[b:], b):
+        e.emit(f"for i{depth} in range({extent}):", depth + 1)
+    e.emit(statement(idx[:b], f"j{nid}", idx[b:]), len(shape) + 1)
+
+
+def dynamic_index(e, node, out, args):
+    """An unbatched index reads a row as a view (a scalar local for a vector); a batched
+    one copies the row of each batch."""
+    x, i = (e.nodes[o] for o in node.operands)
+    b, nid = len(i.shape), node_id(out)
+    if b == 0:
+        row = f"_clamp_index({args[1]}, {x.shape[0]})"
+        size = math.prod(node.shape)
+        e.emit(f"{out} = {args[0]}[{row}]" if node.shape == () else
+               f"{out} = _offset({args[0]}, {row} * {size})")
+        if node.shape != ():
+            e.shapes[out] = tuple(node.shape)
+            e.view(out, args[0], nid)
+        return
+    e.alloc(out, node.shape, node.dtype, result=nid)
+    per_row(e, nid, node.shape, b, args[1], x.shape[b], lambda bi, j, rest:
+            f"{e.at(out, bi + rest)} = {e.at(args[0], bi + [j] + rest)}")
+
+
+def dynamic_update_add(e, node, out, args):
+    """``x`` with ``v`` added to the selected rows: in place when ``out`` is the buffer
+    already holding ``x`` (a carry the loop updates in place, see ``carries``) or when
+    ``x``'s scratch slot is dead after this statement, else into a copy."""
+    x, i, v = (e.nodes[o] for o in node.operands)
+    b, nid = len(i.shape), node_id(out)
+    k = e.results.get(nid)
+    root = e.root.get(args[0])
+    if k is not None and e.result_of.get(args[0]) == k:
+        e.alloc(out, node.shape, node.dtype, result=nid)
+    elif k is None and root is not None and e.plan.expiry(root) <= e.now:
+        e.emit(f"{out} = {args[0]}")
+        e.shapes[out] = tuple(node.shape)
+        if args[0] in e.slot_of:
+            e.slot_of[out] = e.slot_of[args[0]]
+        e.view(out, args[0], nid)
+    else:
+        e.alloc(out, node.shape, node.dtype, result=nid)
+        e.copy(out, args[0], node.shape)
+    per_row(e, nid, v.shape, b, args[1], x.shape[b], lambda bi, j, rest:
+            f"{e.at(out, bi + [j] + rest)} += "
+            + (e.at(args[2], bi + rest) if v.shape != () else args[2]))
+
+
+register({"reshape": reshape, "pad": pad, "concatenate": concatenate,
+          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add})

@@ -1,0 +1,17 @@
+"""The lowering table of the Numba CPU back end: op name -> ``fn(emitter, node, out, args,
+**params)`` emitting the statements that compute ``out`` (the node's variable) from ``args``
+(its operands' variables). The family modules fill it (``structural.py``, ``linalg.py``,
+``regions.py``); fused ops (elementwise, index maps, reductions) are loop nests of
+``groups.py`` instead, by their ``Primitive.kind``. ``codegen.check_supported`` reads both."""
+
+__all__ = ["LOWERINGS", "register"]
+
+LOWERINGS = {}
+
+
+def register(entries):
+    """Add ``{op name: lowering}`` entries; an op is lowered one way only."""
+    for op, fn in entries.items():
+        if op in LOWERINGS:
+            raise ValueError(f"the CPU lowering of {op!r} is registered twice")
+        LOWERINGS[op] = fn

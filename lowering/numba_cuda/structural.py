@@ -1,0 +1,90 @@
+"""Lowerings of the whole-array structural ops: reshape (a view, or a fill of a scalar
+constant), pad and concatenate (gather kernels), ``dynamic_index`` and ``dynamic_update_add``
+(one kernel each, the row from ``_row`` as the reference clamps it)."""
+
+from ..loopnest.templates import literal
+from .table import register
+
+__all__ = []
+
+
+def reshape(e, node, nid, new_shape):
+    source = node.operands[0]
+    if source in e.literals:  # a scalar constant made an array: a fill
+        e.alloc(f"v{nid}", node.shape, node.dtype.name)
+        idx = lambda i: ", ".join(i) or "0"
+        e.grid_stride(node.shape, lambda i: [f"v{nid}[{idx(i)}] = {e.literals[source]}"])
+    else:
+        e.as_shape(f"v{source}", node.shape, f"v{nid}", nid)
+
+
+def pad(e, node, nid, low, high, interior):
+    src = e.nodes[node.operands[0]]
+    e.alloc(f"v{nid}", node.shape, node.dtype.name)
+
+    def lines(idx):
+        body, inside = [], []
+        for d, (i, lo, it, n) in enumerate(zip(idx, low, interior, src.shape)):
+            body.append(f"q{d} = {i} - {lo}")
+            inside.append(f"q{d} >= 0 and q{d} % {it + 1} == 0 and q{d} // {it + 1} < {n}")
+        value = e.read(node.operands[0], None, [f"q{d} // {it + 1}"
+                                                for d, it in enumerate(interior)])
+        zero = literal(0, node.dtype.name)
+        return body + [f"v{nid}[{', '.join(idx)}] = {value} if "
+                       f"{' and '.join(inside) or 'True'} else {zero}"]
+    e.grid_stride(node.shape, lines)
+
+
+def concatenate(e, node, nid, axis):
+    e.alloc(f"v{nid}", node.shape, node.dtype.name)
+
+    def lines(idx):
+        body, offset = [], 0
+        for k, o in enumerate(node.operands):
+            size = e.nodes[o].shape[axis]
+            at = list(idx)
+            at[axis] = f"{idx[axis]} - {offset}"
+            test = "if" if k == 0 else "elif"
+            if k == len(node.operands) - 1:
+                body.append("else:")
+            else:
+                body.append(f"{test} {idx[axis]} < {offset + size}:")
+            body.append(f"    v{nid}[{', '.join(idx)}] = {e.read(o, None, at)}")
+            offset += size
+        return body
+    e.grid_stride(node.shape, lines)
+
+
+def row_index(e, x, i, idx):
+    """Lines binding ``k``, the row of axis len(i.shape) of ``x`` that ``i`` selects at the
+    batch index ``idx[:len(i.shape)]``."""
+    b = len(e.nodes[i].shape)
+    n = e.nodes[x].shape[b]
+    return [f"k = _row({e.read(i, None, list(idx[:b]))}, {n})"]
+
+
+def dynamic_index(e, node, nid):
+    x, i = node.operands
+    b = len(e.nodes[i].shape)
+    e.alloc(f"v{nid}", node.shape, node.dtype.name)
+    target = lambda idx: f"v{nid}[{', '.join(idx) or '0'}]"
+    e.grid_stride(tuple(node.shape), lambda idx: row_index(e, x, i, idx) + [
+        f"{target(idx)} = {e.read(x, None, list(idx[:b]) + ['k'] + list(idx[b:]))}"])
+
+
+def dynamic_update_add(e, node, nid):
+    x, i, v = node.operands
+    b = len(e.nodes[i].shape)
+    e.alloc(f"v{nid}", node.shape, node.dtype.name)
+
+    def lines(idx):
+        rest = list(idx[:b]) + list(idx[b + 1:])
+        old = e.read(x, None, idx)
+        return row_index(e, x, i, idx) + [
+            f"v{nid}[{', '.join(idx)}] = ({old} + {e.read(v, None, rest)}) "
+            f"if {idx[b]} == k else {old}"]
+    e.grid_stride(tuple(node.shape), lines)
+
+
+register({"reshape": reshape, "pad": pad, "concatenate": concatenate,
+          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add})
