@@ -12,11 +12,10 @@ of one, so the machine code needs no Numba runtime and loads without Numba.
 
 The modules: ``emitter.py`` (the state of a generation), ``groups.py`` (fused loop nests),
 ``tiles.py`` (tile loops and threads' partials), the lowering table ``table.py`` filled by
-``structural.py``, ``linalg.py`` and ``regions.py``, and ``passes.py`` (what reads the lines
-back: counted loops, the phases of a threaded entry, the prologue's views).
+``structural.py``, ``linalg.py`` and ``regions.py``, ``statements.py`` (the statement tree
+the emitter builds, rendered last) and ``passes.py`` (the phases of a threaded entry, the
+prologue's views).
 """
-
-import re
 
 from quabla.errors import UnsupportedOperationError
 from ..loopnest.buffers import PRIVATE, dtype_of
@@ -24,8 +23,9 @@ from ..loopnest.schedule import fused
 from . import linalg, regions, structural  # noqa: F401  (they fill the lowering table)
 from .emitter import Emitter
 from .linalg import BLAS_THRESHOLD
-from .passes import check_integers, phased, private_buffers, views, while_loops
+from .passes import check_integers, phased, private_buffers, views
 from .source import Named, argument
+from .statements import Assign, names, render
 from .table import LOWERINGS
 
 __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
@@ -65,35 +65,34 @@ def generate(graph, n_threads=1):
     for k, nid in enumerate(graph.inputs):
         node = nodes[nid]
         suffix = "[0]" if node.shape == () else ""
-        prologue.append(f"v{nid} = {argument(k, node.dtype)}{suffix}")
+        prologue.append(Assign(f"v{nid}", f"{argument(k, node.dtype)}{suffix}"))
     for k, o in enumerate(graph.outputs):
         if nodes[o].shape != ():
-            prologue.append(f"r{k} = {argument(n_in + k, nodes[o].dtype)}")
+            prologue.append(Assign(f"r{k}", argument(n_in + k, nodes[o].dtype)))
     first = n_in + n_out
     for k, c in enumerate(e.constants):
         dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
-        prologue.append(f"c{k} = {argument(first + k, Named(dtype))}")
+        prologue.append(Assign(f"c{k}", argument(first + k, Named(dtype))))
     first += len(e.constants)
-    lines, phases = e.lines, None
+    body, phases = e.code.items, None
     if e.threaded is not None:
         split = phased(e, graph, first)
         if split is None:  # something crosses the loop that a phase cannot take over
             return generate(graph, n_threads=1)
-        lines, phases = split
+        body, phases = split
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
-    named = set(re.findall(r"[A-Za-z_]\w*", "\n".join(lines)))
+    named = names(body)
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
     prologue += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
                        if var in named and name in shared],  # an unused view costs compile time
                       starts)
     if phases is not None:
         control = first + len(shared) + e.threads * len(private_buffers(e))
-        prologue.append(f"ctl = _arg(args, {control}, 0, np.int64)")
-    lines = while_loops(lines)
-    check_integers(prologue + lines)
+        prologue.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
+    lines = render(prologue + body)
+    check_integers(lines)
     head = f"def {FUNCTION_NAME}(args):"
-    body = [head] + ["    " + line for line in prologue] + lines
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in private_buffers(e)]
-    return "\n".join(body) + "\n", e.constants, buffers, phases
+    return "\n".join([head] + lines) + "\n", e.constants, buffers, phases

@@ -17,6 +17,7 @@ from ..loopnest.schedule import Group, TileBegin, TileEnd, kind, last_uses, sche
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
 from .source import ZERO_BITS, flat_index, node_id
+from .statements import Assign, Code, Loop
 from .table import LOWERINGS
 from .tiles import begin_tile, end_tile
 
@@ -32,7 +33,7 @@ class Emitter:
     def __init__(self, graph, targets, parent=None):
         self.graph = graph
         self.nodes = graph.nodes
-        self.lines = parent.lines if parent else []
+        self.code = parent.code if parent else Code()  # the statements, shared with children
         self.targets = targets
         self.results = {}    # output node -> the index of the first result it is
         for k, o in enumerate(graph.outputs):
@@ -67,8 +68,18 @@ class Emitter:
         self.split = None    # (first line of the loop phase, first line after it)
         self.partials = []   # (variable, buffer, offset, shape, thread) of each partial's view
 
-    def emit(self, line, depth=1):
-        self.lines.append("    " * (depth + self.indent) + line)
+    def emit(self, statement, depth=1):
+        """Adds ``statement`` (a string binding no name, an ``Assign``, a ``Loop`` or a
+        ``Block``, whose body the statements of the next depth fill) at ``depth``."""
+        self.code.add(statement, depth + self.indent)
+
+    def assign(self, target, value, depth=1):
+        """``target = value``: an ``Assign`` when ``target`` is a name (it binds one), a
+        store otherwise (an element, ``r[0]``)."""
+        self.emit(Assign(target, value) if target.isidentifier() else f"{target} = {value}", depth)
+
+    def loop(self, var, stop, depth=1, start=0, step=1):
+        self.emit(Loop(var, stop, start, step), depth)
 
     def run(self):
         """Emits the statements of the graph, then stores its outputs to their targets."""
@@ -95,7 +106,7 @@ class Emitter:
         for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
             node, var = graph.nodes[o], f"v{o}"
             if node.shape == ():
-                self.emit(f"{self.targets[k]} = _cast_{node.dtype.name}({var})")
+                self.assign(self.targets[k], f"_cast_{node.dtype.name}({var})")
             elif self.result_of.get(var) != k:
                 self.copy(self.targets[k], var, node.shape)
 
@@ -141,7 +152,7 @@ class Emitter:
             result = None
         k = self.results.get(result)
         if k is not None and self.nodes[result].shape != ():
-            self.emit(f"{var} = {self.targets[k]}")  # a pointer: any shape
+            self.assign(var, self.targets[k])  # a pointer: any shape
             self.result_of[var] = k
         else:
             size = math.prod(shape)  # exact: too big to allocate fails at the call
@@ -169,7 +180,7 @@ class Emitter:
 
     def loops(self, shape, statement):
         for depth, n in enumerate(shape):
-            self.emit(f"for i{depth} in range({n}):", depth + 1)
+            self.loop(f"i{depth}", n, depth + 1)
         self.emit(statement, len(shape) + 1)
 
     def reshaped(self, name, shape, var=None):
@@ -187,14 +198,14 @@ class Emitter:
                 known = self.views[slot + (shape,)] = var or f"{name}_{len(self.slots)}"
                 self.slots.append((known, slot[0], slot[1], shape))
             elif var is not None:
-                self.emit(f"{var} = {known}")
+                self.assign(var, known)
             var = var or known
             self.slot_of[var] = slot
             self.root[var] = self.root.get(name, name)
         elif var is None:
             return name
         else:
-            self.emit(f"{var} = {name}")
+            self.assign(var, name)
         self.shapes[var] = shape
         return var
 
@@ -252,14 +263,14 @@ class Emitter:
         if op == "constant":
             value = params["value"].value
             if node.shape == ():
-                self.emit(f"{out} = {literal(value.item(), node.dtype.name)}")
+                self.assign(out, literal(value.item(), node.dtype.name))
             else:
-                self.emit(f"{out} = c{len(self.constants)}")
+                self.assign(out, f"c{len(self.constants)}")
                 self.shapes[out] = tuple(node.shape)
                 self.constants.append(value)
             return
         if node.shape == () and PRIMITIVES[op].elementwise:
-            self.emit(f"{out} = {scalar_expression(node, args)}")
+            self.assign(out, scalar_expression(node, args))
             return
         LOWERINGS[op](self, node, out, args, **params)
         self.export(nid)
@@ -274,7 +285,7 @@ class Emitter:
         self.numbered[0] += len(graph.nodes)
         child = Emitter(Renumbered(graph, base), targets, parent=self)
         for p, (nid, var) in enumerate(zip(child.graph.inputs, inputs)):
-            child.emit(f"v{nid} = {var}")
+            child.assign(f"v{nid}", var)
             if p in (in_place or {}):
                 child.result_of[f"v{nid}"] = in_place[p]
         if not graph.inputs:

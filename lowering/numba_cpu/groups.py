@@ -32,7 +32,7 @@ def emit_group(e, group):
         elif m in group.materialized:
             e.alloc(f"v{m}", shape, node.dtype, result=m)
     for depth, (i, n) in enumerate(zip(idx, shape)):
-        e.emit(f"for {i} in range({n}):", depth + 1)
+        e.loop(i, n, depth + 1)
     depth = len(shape) + 1
     single_use = single_uses(e, group)
     for m in group.members:
@@ -51,7 +51,7 @@ def emit_group(e, group):
             e.inlined[m] = expr
             e.nesting[m] = nesting
             continue
-        e.emit(f"s{m} = {expr}", depth)
+        e.assign(f"s{m}", expr, depth)
         if m in group.materialized:
             e.emit(f"{e.at(f'v{m}', idx)} = s{m}", depth)
         if e.tile is not None and m in e.tile.exports:
@@ -93,7 +93,7 @@ def reduction_init(e, node, nid):
         return  # initialised before the tile loop
     init = literal(PRIMITIVES[node.op].identity, node.dtype.name)
     if node.shape == ():
-        e.emit(f"v{nid} = {init}")
+        e.assign(f"v{nid}", init)
     else:
         e.alloc(f"v{nid}", e.local_shape(nid), node.dtype, fill=init, result=nid)
 
@@ -103,7 +103,7 @@ def reduction_step(e, node, nid, group, idx, depth):
     value = e.read(node.operands[0], group, idx)
     target = f"v{nid}" if node.shape == () else (
         e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
-    e.emit(f"{target} = {combine(node.op, target, value)}", depth)
+    e.assign(target, combine(node.op, target, value), depth)
 
 
 @functools.lru_cache(maxsize=None)

@@ -38,7 +38,7 @@ def local_product(e, node):
 
 def product_result(e, node, out, t):
     if node.shape == ():
-        e.emit(f"{out} = {t}[0]")
+        e.assign(out, f"{t}[0]")
     else:
         e.reshaped(t, e.local_shape(node_id(out)), out)
         e.view(out, t, node_id(out))
@@ -76,7 +76,7 @@ def dot_general(e, node, out, args, dimension_numbers):
         b = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
         e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
         if blas:
-            e.emit(f"for b in range({B}):")
+            e.loop("b", B)
             e.emit(f"_gemm(_offset({a}, b * {M * K}), _offset({b}, b * {K * N}), "
                    f"_offset({target}, b * {M * N}), {M}, {K}, {N}, 0, 0)", 2)
         elif B * M * K * N <= SMALL_LOOP:
@@ -97,13 +97,12 @@ def small_product(e, a, b, out, dims, dtype):
     ``_matmul``, and as fast for products this small."""
     B, M, K, N = dims
     acc = f"{out}s"
-    e.emit(f"for i0 in range({B}):")
-    e.emit(f"for i1 in range({M}):", 2)
-    e.emit(f"for i2 in range({N}):", 3)
-    e.emit(f"{acc} = {literal(0.0, dtype.name)}", 4)
-    e.emit(f"for k in range({K}):", 4)
-    e.emit(f"{acc} = {acc} + {e.at(a, ['i0', 'i1', 'k'])} * "
-           f"{e.at(b, ['i0', 'k', 'i2'])}", 5)
+    e.loop("i0", B)
+    e.loop("i1", M, 2)
+    e.loop("i2", N, 3)
+    e.assign(acc, literal(0.0, dtype.name), 4)
+    e.loop("k", K, 4)
+    e.assign(acc, f"{acc} + {e.at(a, ['i0', 'i1', 'k'])} * {e.at(b, ['i0', 'k', 'i2'])}", 5)
     e.emit(f"{e.at(out, ['i0', 'i1', 'i2'])} = {acc}", 4)
 
 
@@ -202,7 +201,7 @@ def stacked(e, kernel, node, out, args, matrices, workspaces, flags=()):
     batch = math.prod(node.shape) // math.prod(matrices[-1])
     views = [f"carray(_offset({v}, b * {math.prod(shape)}), {shape})"
              for v, shape in zip(args + [out], matrices)]
-    e.emit(f"for b in range({batch}):")
+    e.loop("b", batch)
     names = [name for name, _ in workspaces] + [repr(flag) for flag in flags]
     e.emit(f"{kernel}({', '.join(views + names)})", 2)
 

@@ -6,6 +6,7 @@ are locals; an array carry is two slots swapped every iteration, or one updated 
 import math
 
 from .source import node_id
+from .statements import Assign, Block
 from .table import register
 
 __all__ = []
@@ -40,7 +41,7 @@ def carries(e, nid, body, inits, offset):
         inp, res = body.inputs[offset + k], body.outputs[k]
         node, var = body.nodes[inp], f"q{nid}_{k}"
         if node.shape == ():
-            e.emit(f"{var} = _cast_{node.dtype.name}({init})")
+            e.assign(var, f"_cast_{node.dtype.name}({init})")
             current.append(var)
             following.append(var)
             continue
@@ -63,7 +64,7 @@ def carries(e, nid, body, inits, offset):
 def swap(e, current, following):
     for a, b in zip(current, following):
         if a != b:
-            e.emit(f"{a}, {b} = {b}, {a}", 2)
+            e.emit(Assign((a, b), f"{b}, {a}"), 2)
 
 
 def scan(e, node, out, args, body, length, lower, reverse, n_carry):
@@ -80,11 +81,13 @@ def scan(e, node, out, args, body, length, lower, reverse, n_carry):
             targets.append(f"{stack}[k{nid}]")
         else:
             targets.append(f"{stack}r")
-            rows.append(f"{stack}r = _offset({stack}, k{nid} * {math.prod(y.shape)})")
-    steps = f"{length - 1}, -1, -1" if reverse else f"{length}"
-    e.emit(f"for k{nid} in range({steps}):")
-    for line in rows:
-        e.emit(line, 2)
+            rows.append(Assign(f"{stack}r", f"_offset({stack}, k{nid} * {math.prod(y.shape)})"))
+    if reverse:
+        e.loop(f"k{nid}", -1, start=length - 1, step=-1)
+    else:
+        e.loop(f"k{nid}", length)
+    for row in rows:
+        e.emit(row, 2)
     index = f"np.float64(k{nid} + {lower})" if lower else f"np.float64(k{nid})"
     child = e.sub_graph(body, [index] + current + args[n_carry:], targets, in_place)
     swap(e, current, following)
@@ -96,9 +99,9 @@ def while_loop(e, node, out, args, cond_fun, body, n_carry):
     nid = node_id(out)
     current, following, in_place = carries(e, nid, body, args[:n_carry], 0)
     operands = current + args[n_carry:]
-    e.emit("while True:")
+    e.emit(Block("while True:", loops=True))
     test = e.sub_graph(cond_fun, operands, [f"q{nid}_go"])
-    e.emit(f"if not q{nid}_go:", 2)
+    e.emit(Block(f"if not q{nid}_go:"), 2)
     e.emit("break", 3)
     child = e.sub_graph(body, operands, following, in_place)
     swap(e, current, following)
@@ -115,9 +118,9 @@ def cond(e, node, out, args, true_fun, false_fun):
         if r.shape != ():
             region_array(e, var, gets.get(k, ()), r.shape, r.dtype)
         targets.append(var)
-    e.emit(f"if {args[0]}:")
+    e.emit(Block(f"if {args[0]}:"))
     yes = e.sub_graph(true_fun, args[1:], targets)
-    e.emit("else:")
+    e.emit(Block("else:"))
     no = e.sub_graph(false_fun, args[1:], targets)
     e.place_blocks([yes, no])
     e.region_results[nid] = targets
@@ -126,7 +129,7 @@ def cond(e, node, out, args, true_fun, false_fun):
 def get(e, node, out, args, index):
     """A region's result: the variable holding it."""
     var = e.region_results[node.operands[0]][index]
-    e.emit(f"{out} = {var}")
+    e.assign(out, var)
     if node.shape != ():
         e.shapes[out] = tuple(node.shape)
         e.view(out, var, node_id(out))

@@ -15,7 +15,7 @@ def reshape(e, node, out, args, new_shape):
     if src.shape == ():
         e.alloc(out, new_shape, node.dtype, fill=args[0], result=node_id(out))
     elif new_shape == ():
-        e.emit(f"{out} = {args[0]}[0]")
+        e.assign(out, f"{args[0]}[0]")
     else:
         e.reshaped(args[0], new_shape, out)
         e.view(out, args[0], node_id(out))
@@ -48,11 +48,11 @@ def per_row(e, nid, shape, b, index, n, statement):
     each, then over the rest; ``statement(batch, row, rest)`` gets the index lists."""
     idx = [f"i{k}" for k in range(len(shape))]
     for depth, extent in enumerate(shape[:b]):
-        e.emit(f"for i{depth} in range({extent}):", depth + 1)
+        e.loop(f"i{depth}", extent, depth + 1)
     at = e.at(index, idx[:b]) if b else index
-    e.emit(f"j{nid} = _clamp_index({at}, {n})", b + 1)
+    e.assign(f"j{nid}", f"_clamp_index({at}, {n})", b + 1)
     for depth, extent in enumerate(shape[b:], b):
-        e.emit(f"for i{depth} in range({extent}):", depth + 1)
+        e.loop(f"i{depth}", extent, depth + 1)
     e.emit(statement(idx[:b], f"j{nid}", idx[b:]), len(shape) + 1)
 
 
@@ -64,8 +64,8 @@ def dynamic_index(e, node, out, args):
     if b == 0:
         row = f"_clamp_index({args[1]}, {x.shape[0]})"
         size = math.prod(node.shape)
-        e.emit(f"{out} = {args[0]}[{row}]" if node.shape == () else
-               f"{out} = _offset({args[0]}, {row} * {size})")
+        e.assign(out, f"{args[0]}[{row}]" if node.shape == () else
+                 f"_offset({args[0]}, {row} * {size})")
         if node.shape != ():
             e.shapes[out] = tuple(node.shape)
             e.view(out, args[0], nid)
@@ -86,7 +86,7 @@ def dynamic_update_add(e, node, out, args):
     if k is not None and e.result_of.get(args[0]) == k:
         e.alloc(out, node.shape, node.dtype, result=nid)
     elif k is None and root is not None and e.plan.expiry(root) <= e.now:
-        e.emit(f"{out} = {args[0]}")
+        e.assign(out, args[0])
         e.shapes[out] = tuple(node.shape)
         if args[0] in e.slot_of:
             e.slot_of[out] = e.slot_of[args[0]]

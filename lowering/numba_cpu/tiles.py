@@ -38,7 +38,7 @@ def begin_tile(e, begin, end, singles):
     e.threads = min(e.threads, begin.extent // begin.tile)  # a tile each at least
     if e.threads > 1 and e.indent == 0 and _worth_threads(e.nodes, begin):
         e.threaded = begin
-        e.split = (len(e.lines), None)
+        e.split = (len(e.code.items), None)
         e.private = True
     for nid in sorted(begin.accumulated):
         node = e.nodes[nid]
@@ -48,8 +48,8 @@ def begin_tile(e, begin, end, singles):
             B, M, K, N = local_product(e, node).dims
             e.alloc(f"tv{nid}", (B, M, N), node.dtype, fill="0", result=nid,
                     expiry=e.last_use.get(nid, e.now))
-    rows = "ctl[2], ctl[3]" if e.threaded is begin else f"0, {begin.extent}"
-    e.emit(f"for r in range({rows}, {begin.tile}):")
+    rows = ("ctl[2]", "ctl[3]") if e.threaded is begin else (0, begin.extent)
+    e.loop("r", rows[1], start=rows[0], step=begin.tile)
     e.indent += 1
     e.tile = begin
 
@@ -67,7 +67,7 @@ def end_tile(e, begin):
             product_result(e, node, f"v{nid}", f"tv{nid}")
     for nid in sorted(begin.exports):
         var, full = f"v{nid}", f"f{nid}"
-        e.emit(f"{var} = {full}")
+        e.assign(var, full)
         for key in [k for k, v in e.views.items() if v == var]:
             del e.views[key]  # the name is the full array from here on
         for table in (e.root, e.slot_of, e.shapes, e.result_of):
@@ -90,21 +90,21 @@ def combine_partials(e, begin):
             var = f"a{nid}"
         accumulated.append((nid, node, var, e.slot_of[var], e.shapes[var]))
     e.private = False
-    e.split = (e.split[0], len(e.lines))
+    e.split = (e.split[0], len(e.code.items))
     for nid, node, var, (buffer, start), shape in accumulated:
         parts = [f"{var}_p{t}" for t in range(e.threads)]
         e.partials += [(p, buffer, start, shape, t) for t, p in enumerate(parts)]
         if var == f"a{nid}":  # a 0-d sum
-            e.emit(f"v{nid} = {parts[0]}[0]")
+            e.assign(f"v{nid}", f"{parts[0]}[0]")
             for p in parts[1:]:
-                e.emit(f"v{nid} = {combine(node.op, f'v{nid}', f'{p}[0]')}")
+                e.assign(f"v{nid}", combine(node.op, f"v{nid}", f"{p}[0]"))
             continue
         if kind(node) == "reduction":
             e.alloc(var, shape, node.dtype, result=nid)
         else:
             e.alloc(var, shape, node.dtype, result=nid,
                     expiry=e.last_use.get(nid, e.now))
-        e.emit(f"for i0 in range({math.prod(shape)}):")
+        e.loop("i0", math.prod(shape))
         e.emit(f"{var}[i0] = {parts[0]}[i0]", 2)
         for p in parts[1:]:
             e.emit(f"{var}[i0] = {combine(node.op, var + '[i0]', p + '[i0]')}", 2)
