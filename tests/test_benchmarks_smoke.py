@@ -135,3 +135,22 @@ def test_lj_problem_energy_and_forces_agree_with_the_pair_loop(monkeypatch):
                 expected[i] += -24 * (2 * r2**-6 - r2**-3) / r2 * d
     np.testing.assert_allclose(value.item(), energy, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-9, atol=1e-12)
+
+
+corpus = _load("corpus")
+
+
+@pytest.mark.parametrize("program", sorted(corpus.PROGRAMS))
+def test_corpus_programs_agree_with_jax(program, monkeypatch):
+    """Every program of the user-style corpus runs (on the interpreter: no compiles here) and,
+    where JAX is installed, computes what JAX computes."""
+    monkeypatch.setenv("QUABLA_BACKEND", "interpret")
+    lib = corpus.Quabla()
+    fn, args = corpus.PROGRAMS[program](lib)
+    ours = corpus.summary(lib, fn(*args))
+    assert all(math.isfinite(v) for v in ours)
+    if importlib.util.find_spec("jax") is None or importlib.util.find_spec("optax") is None:
+        return
+    jax_lib = corpus.Jax()
+    fn, args = corpus.PROGRAMS[program](jax_lib)
+    np.testing.assert_allclose(ours, corpus.summary(jax_lib, fn(*args)), rtol=1e-6, atol=1e-9)

@@ -184,6 +184,25 @@ def test_structural_identities():
     assert "transpose" not in op_counts(graph)
 
 
+@pytest.mark.parametrize("lhs, rhs, contract, batch", [
+    ((3, 1), (1, 4), ((1,), (0,)), ((), ())),            # reshape(x, (n, 1)) @ w
+    ((1,), (1, 5), ((0,), (0,)), ((), ())),              # reshape(t, (1,)) @ W1
+    ((3,), (4,), ((), ()), ((), ())),                    # an outer product
+    ((2, 3, 1), (2, 1, 4), ((2,), (1,)), ((0,), (0,))),  # batched, as under vmap
+    ((2, 1, 3), (3, 1, 2), ((1,), (1,)), ((0,), (2,))),  # batch axes out of order
+])
+def test_a_product_of_one_term_sums_is_a_broadcast_multiply(lhs, rhs, contract, batch):
+    """It then fuses with its readers; the values are the product's."""
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=lhs), rng.normal(size=rhs)
+    f = lambda a, b: qb.ops.dot_general(a, b, contract, batch)
+    graph = staged_graph(qb.jit(f), qb.array(a), qb.array(b))
+    assert "dot_general" not in op_counts(graph) and op_counts(graph)["mul"] == 1
+    expected = np.asarray(f(qb.array(a), qb.array(b)))     # eager: the NumPy product
+    np.testing.assert_array_equal(evaluate(graph, [a, b])[0], expected)
+    np.testing.assert_array_equal(np.asarray(qb.jit(f)(qb.array(a), qb.array(b))), expected)
+
+
 def test_elementwise_op_of_broadcasts_runs_on_the_small_shape():
     def f(x):
         s = qb.sum(x)

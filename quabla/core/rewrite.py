@@ -215,8 +215,43 @@ def _identity(s, op, operands, node):
         if not kw["axes"]:
             return operands[0]
     elif op == "dot_general":
-        return _fold_transposes(s, operands, node, kw["dimension_numbers"])
+        return (_single_term_product(s, operands, node, kw["dimension_numbers"])
+                or _fold_transposes(s, operands, node, kw["dimension_numbers"]))
     return None
+
+
+def _single_term_product(s, operands, node, dimension_numbers):
+    """A product whose sums have one term (every contracted extent 1, or no contraction) is a
+    broadcast multiply: elementwise, so it fuses with what reads it instead of being a product
+    of its own. ``reshape(x, (1,)) @ w`` is ``x * w[0]``; an outer product written as a
+    ``dot_general`` (or under ``vmap``) is ``a[:, None] * b[None, :]``."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs, rhs = s.node(operands[0]), s.node(operands[1])
+    if any(lhs.shape[d] != 1 for d in lc):
+        return None
+    n_batch = len(lb)
+    factors = []
+    for o, n, contract, batch, first in ((operands[0], lhs, lc, lb, n_batch),
+                                         (operands[1], rhs, rc, rb, None)):
+        free = tuple(d for d in range(len(n.shape)) if d not in contract and d not in batch)
+        kept = [d for d in range(len(n.shape)) if d not in contract]
+        x = o
+        if len(kept) != len(n.shape):  # drop the contracted axes of extent 1
+            x = s.emit("reshape", (x,), (("new_shape", tuple(n.shape[d] for d in kept)),),
+                       tuple(n.shape[d] for d in kept), n.dtype, n.weak)
+        order = tuple(kept.index(d) for d in tuple(batch) + free)
+        shape = tuple(n.shape[d] for d in tuple(batch) + free)
+        if order != tuple(range(len(order))):
+            x = s.emit("transpose", (x,), (("permutation", order),), shape, n.dtype, n.weak)
+        if first is None:
+            first = len(node.shape) - len(free)
+        dims = tuple(range(n_batch)) + tuple(range(first, first + len(free)))
+        if shape != tuple(node.shape):
+            x = s.emit("broadcast_in_dim", (x,),
+                       (("broadcast_dimensions", dims), ("shape", tuple(node.shape))),
+                       tuple(node.shape), n.dtype, n.weak)
+        factors.append(x)
+    return s.emit("mul", tuple(factors), (), node.shape, node.dtype, node.weak)
 
 
 def _fold_transposes(s, operands, node, dimension_numbers):

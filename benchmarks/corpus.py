@@ -1,0 +1,449 @@
+"""Programs written the way users write them, each beside JAX (x64) in one run: cold first
+call, warm first call and steady step, with ratios and their geometric means (issue 23).
+
+    python benchmarks/corpus.py                    # every program
+    python benchmarks/corpus.py pinn2d_deep burgers
+    python benchmarks/corpus.py --impls quabla --json out.json
+
+None of these programs is tuned for Quabla: each is written once, against a namespace ``L``
+that is either library (``L.np`` is ``quabla`` or ``jax.numpy``, ``L.grad`` ``qb.grad`` or
+``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint`` and ``L.adam`` adapt the few
+signatures that differ), in the spellings users reach for: ``reshape(t, (1,)) @ W`` first
+layers, ``einsum`` and broadcast-multiply-sum layers, Laplacians as ``grad(grad(net, k), k)``
+summed over k, per-example gradients by ``vmap(grad)``. Every measurement runs in a process
+of its own through ``run.spawn`` (fresh compile caches for the cold call, the same caches for
+the warm one, which also times the step), as ``run.py`` does. Nothing asserts on time.
+"""
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import run  # noqa: E402
+
+PI = math.pi
+
+
+# -- the two libraries behind one namespace -------------------------------------------------------
+
+class Quabla:
+    name = "quabla"
+
+    def __init__(self):
+        import quabla as qb
+
+        self.qb = qb
+        self.np = qb
+        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian"):
+            setattr(self, name, getattr(qb, name))
+
+    def array(self, x):
+        return self.qb.array(x)
+
+    def scan(self, f, init, xs):
+        """``jax.lax.scan``'s signature over Quabla's ``scan``."""
+        n = self.qb.tree.leaves(xs)[0].shape[0]
+        rows = lambda xs, i: self.qb.tree.map(lambda x: x[i], xs)  # noqa: E731
+        return self.qb.scan(lambda c, i, xs: f(c, rows(xs, i)), init, length=n, operands=(xs,))
+
+    def cg(self, A, b):
+        return self.qb.linalg.cg(A, b, tol=1e-10)[0]
+
+    def odeint(self, f, y0, t, *args):
+        return self.qb.odeint(f, y0, t, *args, rtol=1e-8, atol=1e-8)
+
+    def adam(self, rate):
+        opt = self.qb.optim.Adam(learning_rate=rate)
+        return opt.init, lambda params, grads, state: opt.update(params, grads, state)
+
+    def block(self, out):
+        return out
+
+
+class Jax:
+    name = "jax"
+
+    def __init__(self):
+        from problems import import_jax
+
+        import_jax()
+        import jax
+        import jax.numpy as jnp
+
+        self.jax = jax
+        self.np = jnp
+        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian"):
+            setattr(self, name, getattr(jax, name))
+
+    def array(self, x):
+        return self.np.asarray(x)
+
+    def scan(self, f, init, xs):
+        return self.jax.lax.scan(f, init, xs)
+
+    def cg(self, A, b):
+        from jax.scipy.sparse.linalg import cg
+
+        return cg(A, b, tol=1e-10)[0]
+
+    def odeint(self, f, y0, t, *args):
+        from jax.experimental.ode import odeint
+
+        return odeint(f, y0, t, *args, rtol=1e-8, atol=1e-8)
+
+    def adam(self, rate):
+        import optax
+
+        opt = optax.adam(rate)
+
+        def update(params, grads, state):
+            updates, state = opt.update(grads, state, params)
+            return optax.apply_updates(params, updates), state
+        return opt.init, update
+
+    def block(self, out):
+        return self.jax.block_until_ready(out)
+
+
+LIBRARIES = {"quabla": Quabla, "jax": Jax}
+
+
+# -- the programs: each returns (step function, its arguments) -------------------------------------
+
+def _rng():
+    import numpy as np
+
+    return np.random.default_rng(0)
+
+
+def _mlp(L, sizes, scale=1.0):
+    rng = _rng()
+    return [(L.array(rng.normal(0.0, scale / math.sqrt(m), (m, n))),
+             L.array(0.01 * rng.normal(size=n))) for m, n in zip(sizes[:-1], sizes[1:])]
+
+
+def _forward(L, params, h, act):
+    for w, b in params[:-1]:
+        h = act(h @ w + b)
+    w, b = params[-1]
+    return h @ w + b
+
+
+def pinn2d_deep(L):
+    """Poisson in 2D, 2 -> 20 x 4 -> 1 tanh; the Laplacian as two grad(grad(net, k), k)."""
+    params = _mlp(L, [2, 20, 20, 20, 20, 1])
+    net = lambda p, x, y: _forward(L, p, L.np.stack([x, y]), L.np.tanh)[0]  # noqa: E731
+
+    def loss(p, xs, ys):
+        lap = lambda x, y: (L.grad(L.grad(net, 1), 1)(p, x, y)  # noqa: E731
+                            + L.grad(L.grad(net, 2), 2)(p, x, y))
+        f = L.vmap(lap)(xs, ys)
+        src = -2 * PI**2 * L.np.sin(PI * xs) * L.np.sin(PI * ys)
+        return L.np.mean((f - src) ** 2)
+
+    pts = _rng().uniform(0, 1, (512, 2))
+    return L.jit(L.value_and_grad(loss)), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
+
+
+def pinn3d_mixed(L):
+    """A 3D residual with the Laplacian and a mixed derivative u_xy, 3 -> 16 x 3 -> 1 tanh."""
+    params = _mlp(L, [3, 16, 16, 16, 1])
+    net = lambda p, x, y, z: _forward(L, p, L.np.stack([x, y, z]), L.np.tanh)[0]  # noqa: E731
+
+    def residual(p, x, y, z):
+        d2 = lambda k: L.grad(L.grad(net, k), k)(p, x, y, z)  # noqa: E731
+        return d2(1) + d2(2) + d2(3) + L.grad(L.grad(net, 1), 2)(p, x, y, z)
+
+    def loss(p, xs, ys, zs):
+        return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0, 0))(p, xs, ys, zs) ** 2)
+
+    pts = _rng().uniform(0, 1, (256, 3))
+    return L.jit(L.value_and_grad(loss)), (params,) + tuple(L.array(pts[:, k]) for k in range(3))
+
+
+def burgers(L):
+    """Burgers' residual u_t + u u_x - nu u_xx, (t, x) -> 32 -> 32 -> 1 softplus."""
+    params = _mlp(L, [2, 32, 32, 1])
+    softplus = lambda h: L.np.log1p(L.np.exp(-L.np.abs(h))) + L.np.maximum(h, 0.0)  # noqa: E731
+    u = lambda p, t, x: _forward(L, p, L.np.stack([t, x]), softplus)[0]  # noqa: E731
+
+    def residual(p, t, x):
+        ut = L.grad(u, 1)(p, t, x)
+        ux = L.grad(u, 2)(p, t, x)
+        uxx = L.grad(L.grad(u, 2), 2)(p, t, x)
+        return ut + u(p, t, x) * ux - 0.01 / PI * uxx
+
+    def loss(p, ts, xs):
+        return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0))(p, ts, xs) ** 2)
+
+    pts = _rng().uniform(-1, 1, (256, 2))
+    return L.jit(L.value_and_grad(loss)), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
+
+
+def _pinn1d(L, first_layer):
+    params = _mlp(L, [1, 32, 32, 1])
+
+    def net(p, t):
+        (w1, b1), rest = p[0], p[1:]
+        h = L.np.tanh(first_layer(t, w1) + b1)
+        return _forward(L, rest, h, L.np.tanh)[0]
+
+    def loss(p, xs):
+        u_xx = L.vmap(L.grad(L.grad(net, 1), 1), in_axes=(None, 0))(p, xs)
+        return L.np.mean((u_xx + PI**2 * L.np.sin(PI * xs)) ** 2)
+
+    return L.jit(L.value_and_grad(loss)), (params, L.array(_rng().uniform(0, 1, 512)))
+
+
+def mlp_reshape(L):
+    """The 1D MLP PINN whose first layer is ``reshape(t, (1,)) @ W1``."""
+    return _pinn1d(L, lambda t, w: L.np.reshape(t, (1,)) @ w)
+
+
+def mlp_einsum(L):
+    """The same PINN, its first layer an ``einsum``."""
+    return _pinn1d(L, lambda t, w: L.np.einsum("i,ij->j", L.np.reshape(t, (1,)), w))
+
+
+def mlp_broadcast_sum(L):
+    """The same PINN, its first layer a broadcast multiply and a sum."""
+    return _pinn1d(L, lambda t, w: L.np.sum(L.np.reshape(t, (1, 1)) * w, axis=0))
+
+
+def rosenbrock_hessian(L):
+    """The dense Hessian of the 32-d Rosenbrock function."""
+    f = lambda x: L.np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
+    return L.jit(L.hessian(f)), (L.array(_rng().uniform(-1, 1, 32)),)
+
+
+def mlp_hvp(L):
+    """A Hessian-vector product (forward over reverse) of an MLP regression loss."""
+    params = _mlp(L, [8, 64, 64, 1])
+    rng = _rng()
+    x, y = L.array(rng.normal(size=(128, 8))), L.array(rng.normal(size=(128, 1)))
+    loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
+    hvp = lambda p, v: L.jvp(L.grad(loss), (p,), (v,))[1]  # noqa: E731
+    return L.jit(hvp), (params, params)
+
+
+def poisson_cg(L):
+    """Matrix-free 1D Poisson by conjugate gradients, the gradient w.r.t. the source."""
+    n = 64
+    h2 = (1.0 / (n + 1)) ** 2
+
+    def apply(u):
+        left = L.np.concatenate([L.np.zeros(1), u[:-1]])
+        right = L.np.concatenate([u[1:], L.np.zeros(1)])
+        return (2.0 * u - left - right) / h2
+
+    def loss(s):
+        u = L.cg(apply, s)
+        return L.np.sum(u * u)
+
+    return L.jit(L.value_and_grad(loss)), (L.array(_rng().uniform(-1, 1, n)),)
+
+
+def lotka_volterra(L):
+    """Lotka-Volterra by odeint, the gradient w.r.t. its four parameters."""
+    def f(y, t, theta):
+        a, b, c, d = theta[0], theta[1], theta[2], theta[3]
+        return L.np.stack([a * y[0] - b * y[0] * y[1], -c * y[1] + d * y[0] * y[1]])
+
+    t = L.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+
+    def loss(theta):
+        ys = L.odeint(f, L.array([1.0, 0.5]), t, theta)
+        return L.np.sum((ys - 1.0) ** 2)
+
+    return L.jit(L.value_and_grad(loss)), (L.array([1.1, 0.4, 0.4, 0.1]),)
+
+
+def scan_sin(L):
+    """An explicit integrator with a sin force, 1000 steps of 64 oscillators, a per-step
+    observable, value_and_grad w.r.t. the stiffness."""
+    dt = 0.01
+
+    def loss(k, x0):
+        def step(state, drive):
+            x, v = state
+            v = v - dt * (k * L.np.sin(x) + 0.1 * v - drive)
+            x = x + dt * v
+            return (x, v), L.np.mean(x * x)
+
+        drives = 0.01 * L.np.sin(L.np.linspace(0.0, 10.0, 1000))
+        _, energy = L.scan(step, (x0, 0.0 * x0), drives)
+        return L.np.mean(energy)
+
+    return L.jit(L.value_and_grad(loss)), (L.array(1.3), L.array(_rng().uniform(-1, 1, 64)))
+
+
+def per_example_grads(L):
+    """Per-example gradients of a softmax classifier 784 -> 128 -> 10, batch 64."""
+    params = _mlp(L, [784, 128, 10])
+    rng = _rng()
+    x = L.array(rng.normal(size=(64, 784)))
+    labels = L.array(rng.integers(0, 10, 64).astype(float))
+
+    def loss(p, xi, label):
+        logits = _forward(L, p, xi, L.np.tanh)
+        shifted = logits - L.np.max(logits)
+        logp = shifted - L.np.log(L.np.sum(L.np.exp(shifted)))
+        onehot = L.np.where(L.np.equal(L.np.arange(10), label), 1.0, 0.0)  # qb: == is identity
+        return -L.np.sum(onehot * logp)
+
+    return L.jit(L.vmap(L.grad(loss), in_axes=(None, 0, 0))), (params, x, labels)
+
+
+def train_adam(L):
+    """One training step of an MLP regression with Adam: value_and_grad, then the update."""
+    params = _mlp(L, [4, 64, 64, 1])
+    rng = _rng()
+    x, y = L.array(rng.normal(size=(256, 4))), L.array(rng.normal(size=(256, 1)))
+    init, update = L.adam(1e-3)
+    loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
+
+    def step(p, state):
+        value, grads = L.value_and_grad(loss)(p)
+        p, state = update(p, grads, state)
+        return value, p, state
+
+    return L.jit(step), (params, init(params))
+
+
+def kernel_lsq(L):
+    """Kernel least squares, 100 x 100 Gaussian kernel, SGD with momentum written out."""
+    rng = _rng()
+    pts = L.array(rng.uniform(-1, 1, (100, 2)))
+    target = L.array(rng.normal(size=100))
+    d2 = L.np.sum((pts[:, None, :] - pts[None, :, :]) ** 2, axis=-1)
+    K = L.np.exp(-d2 / 0.5)
+
+    def step(alpha, velocity):
+        objective = lambda a: L.np.mean((K @ a - target) ** 2) + 1e-3 * L.np.sum(a * a)  # noqa: E731
+        value, g = L.value_and_grad(objective)(alpha)
+        velocity = 0.9 * velocity - 0.01 * g
+        return value, alpha + velocity, velocity
+
+    return L.jit(step), (L.array([0.0] * 100), L.array([0.0] * 100))
+
+
+PROGRAMS = {f.__name__: f for f in (
+    pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
+    rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
+    train_adam, kernel_lsq)}
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+class _Case:
+    def __init__(self, fn, args, block):
+        self.fn, self.args, self.block = fn, args, block
+
+
+def child(impl, program, phase):
+    """One (library, program, phase) in this process: the first call, and the step when warm."""
+    import time
+
+    t0 = time.perf_counter()
+    lib = LIBRARIES[impl]()
+    fn, args = PROGRAMS[program](lib)
+    t1 = time.perf_counter()
+    out = lib.block(fn(*args))
+    t2 = time.perf_counter()
+    result = {"setup": t1 - t0, "first_call": t2 - t1, "summary": summary(lib, out)}
+    if phase == "warm":
+        result["step"] = run.steady(_Case(fn, args, lib.block))
+    return result
+
+
+def summary(lib, out):
+    """A few numbers of the result, to check that both libraries computed the same."""
+    import numpy as np
+
+    if lib.name == "jax":
+        leaves = lib.jax.tree_util.tree_leaves(out)
+    else:
+        leaves = lib.qb.tree.leaves(out)
+    flat = np.concatenate([np.ravel(np.asarray(x, dtype=np.float64)) for x in leaves])
+    return [float(flat.sum()), float(np.abs(flat).max())]
+
+
+def measure(program, impls, timeout):
+    results = {}
+    for impl in impls:
+        with tempfile.TemporaryDirectory(prefix=f"qb-corpus-{program}-{impl}-") as cache:
+            run.prime(__file__, (impl, program, "cold"), timeout)
+            cold = run.spawn(__file__, (impl, program, "cold"), cache, timeout)
+            warm = (run.spawn(__file__, (impl, program, "warm"), cache, timeout)
+                    if "error" not in cold else cold)
+            results[impl] = {"cold": cold, "warm": warm}
+    return results
+
+
+def _get(results, impl, phase, key):
+    return results.get(impl, {}).get(phase, {}).get(key)
+
+
+def table(all_results, impls):
+    columns = [("cold", "first_call"), ("warm", "first_call"), ("warm", "step")]
+    names = ["cold", "warm", "step"]
+    head = ["program"] + [f"{impl} {name}" for name in names for impl in impls]
+    if len(impls) == 2:
+        head += ["cold ratio", "warm ratio", "step ratio", "agree"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    logs = {c: [] for c in columns}
+    for program, results in all_results.items():
+        row = [program]
+        for phase, key in columns:
+            row += [run.fmt_time(_get(results, impl, phase, key)) for impl in impls]
+        if len(impls) == 2:
+            for column in columns:
+                a, b = (_get(results, impl, *column) for impl in impls)
+                if a and b:
+                    logs[column].append(math.log(a / b))
+                row.append(f"{a / b:.2f}" if a and b else "n/a")
+            sa, sb = (_get(results, impl, "cold", "summary") for impl in impls)
+            row.append("yes" if sa and sb and all(
+                math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(sa, sb)) else "NO")
+        lines.append(" | ".join(row))
+    if len(impls) == 2:
+        means = [f"{math.exp(sum(v) / len(v)):.2f}" if v else "n/a" for v in logs.values()]
+        lines.append(" | ".join(["geometric mean"] + [""] * (len(head) - 5) + means + [""]))
+    errors = [f"{program} {impl} {phase}: {r[impl][phase]['error']}"
+              for program, r in all_results.items() for impl in r for phase in r[impl]
+              if "error" in r[impl][phase]]
+    return "\n".join(lines + errors)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("programs", nargs="*", default=list(PROGRAMS))
+    parser.add_argument("--impls", default="quabla,jax")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--json")
+    parser.add_argument("--child", nargs=3)
+    args = parser.parse_args(argv)
+    if args.child:
+        return run.report(child, args.child)
+    impls = [i for i in args.impls.split(",") if i != "jax" or run.importable("jax")]
+    unknown = [p for p in args.programs if p not in PROGRAMS]
+    if unknown:
+        parser.error(f"unknown programs {unknown}; choose from {list(PROGRAMS)}")
+    all_results = {}
+    for program in args.programs:
+        all_results[program] = measure(program, impls, args.timeout)
+        print(f"{program}: done", file=sys.stderr, flush=True)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; cores: {os.cpu_count()}")
+    print(table(all_results, impls))
+    if args.json:
+        run.save_json(args.json, all_results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
