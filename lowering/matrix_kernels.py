@@ -1,5 +1,5 @@
-"""The per-matrix solvers that both loop-nest back ends compile: the Numba CPU back end for its
-entries' target (numba_cpu/kernels.py) and numba.cuda as device functions, one matrix per
+"""The per-matrix solvers (and the column sort of ``sort``) that both loop-nest back ends compile:
+the Numba CPU back end for its entries' target (numba_cpu/kernels.py) and numba.cuda as device functions, one matrix per
 thread (numba_cuda/runtime.py). They are written in the Python both Numba targets take
 (scalar indexing, loops, ``math``), work in float64 workspaces the caller provides (nothing is
 allocated) and give NaN on failure, per matrix, as the reference interpreter does."""
@@ -8,7 +8,7 @@ import math
 
 import numba
 
-__all__ = ["solve", "cholesky", "triangular_solve"]
+__all__ = ["solve", "cholesky", "triangular_solve", "sort"]
 
 
 def solve(a, b, out, lu, x):
@@ -102,3 +102,41 @@ def triangular_solve(a, b, out, x, lower, transpose):
     for i in range(n):
         for j in range(m):
             out[i, j] = x[i, j]
+
+
+def sort(x, out, perm, tmp):
+    """``out`` = the columns of ``x`` (m, n) reordered so that row 0 ascends, as the reference
+    of ``sort``: stable (equal keys keep their order, -0.0 equals 0.0), NaN last. A bottom-up
+    merge sort of the column numbers in the float64 workspaces ``perm`` and ``tmp`` (n,)
+    (exact column numbers below 2**53), then each row gathered through them."""
+    m = x.shape[0]
+    n = x.shape[1]
+    for k in range(n):
+        perm[k] = k
+    width = 1
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i = lo
+            j = mid
+            for k in range(lo, hi):
+                right = j < hi
+                if right and i < mid:
+                    a = x[0, int(perm[j])]
+                    b = x[0, int(perm[i])]
+                    right = a < b or (b != b and a == a)  # strictly before: stable, NaN last
+                if right:
+                    tmp[k] = perm[j]
+                    j += 1
+                else:
+                    tmp[k] = perm[i]
+                    i += 1
+            lo += 2 * width
+        for k in range(n):
+            perm[k] = tmp[k]
+        width *= 2
+    for r in range(m):
+        for k in range(n):
+            out[r, k] = x[r, int(perm[k])]

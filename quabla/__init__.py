@@ -19,16 +19,39 @@ from .ops import (
     greater, greater_equal, less, less_equal, equal, not_equal,
     logical_and, logical_or, logical_not, isfinite, isnan,
     where, astype, reshape, transpose, broadcast_to, squeeze, expand_dims,
-    concat, stack, mean, norm, matmul, einsum, solve, cholesky, tril, triu,
-    abs, sum, max, min, any, all,  # attributes, but kept out of __all__ (builtins)
+    concat, stack, mean, norm, matmul, solve, cholesky, tril, triu,
+    abs, sum, max, min, any, all,  # noqa: F401 - attributes, kept out of __all__ (builtins)
+)
+from .ops import (  # elementwise math (issue 24)
+    tan, arcsin, arccos, arctan, arctan2, sinh, cosh, arcsinh, arccosh, arctanh, log2, log10,
+    exp2, cbrt, hypot, floor, ceil, around, remainder, mod, floor_divide, isinf, reciprocal,
+    clip, logaddexp, isclose, allclose, array_equal, nan_to_num,
+    around as round,  # noqa: A004, F401 - NumPy's round, kept out of __all__ (a builtin)
+)
+from .reductions import (
+    prod, var, std, argmax, argmin, cumsum, cumprod, logsumexp, average, median, quantile,
+    percentile, sort, argsort, searchsorted, diff, trapezoid, count_nonzero,
+)
+from .shapes import (
+    tile, repeat, pad, roll, flip, split, array_split, vstack, hstack, dstack, column_stack,
+    meshgrid, moveaxis, swapaxes, ravel, atleast_1d, atleast_2d, atleast_3d, diag, diagonal,
+    trace, outer, inner, vdot, dot, tensordot, kron, cross, einsum, concatenate,
+)
+from .indexing import (
+    take, take_along_axis, dynamic_slice, dynamic_update_slice, zeros_like, ones_like,
+    full_like, empty, empty_like,
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap, jacobian, jacfwd, jacrev, hessian
 from .devices import devices
 from . import tree, random, optim, flatten_util
 from . import linalg
-from .control import cond, fori_loop, scan, while_loop
+from . import nn, special
+from .control import cond, switch, fori_loop, scan, while_loop, checkpoint
+from .control import checkpoint as remat  # JAX's other name
+from .custom_derivatives import custom_jvp, custom_vjp
+from .mapping import map  # noqa: A004, F401 - qb.map (JAX's lax.map), kept out of __all__
 from .solvers import newton, odeint
-from .checkpoint import save, load
+from .checkpoint_files import save, load
 from .staging.signature import ShapeDtype
 from .staging.jit import Compiler
 from .staging.aot import Program, Executable
@@ -55,10 +78,24 @@ __all__ = [
     "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
+    "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "arcsinh", "arccosh",
+    "arctanh", "log2", "log10", "exp2", "cbrt", "hypot", "floor", "ceil", "around",
+    "remainder", "mod", "floor_divide", "isinf", "reciprocal", "clip", "logaddexp", "isclose",
+    "allclose", "array_equal", "nan_to_num", "nn", "special",
+    "prod", "var", "std", "argmax", "argmin", "cumsum", "cumprod", "logsumexp", "average",
+    "median", "quantile", "percentile", "sort", "argsort", "searchsorted", "diff", "trapezoid",
+    "count_nonzero",
+    "tile", "repeat", "pad", "roll", "flip", "split", "array_split", "vstack", "hstack",
+    "dstack", "column_stack", "meshgrid", "moveaxis", "swapaxes", "ravel", "atleast_1d",
+    "atleast_2d", "atleast_3d", "diag", "diagonal", "trace", "outer", "inner", "vdot", "dot",
+    "tensordot", "kron", "cross", "concatenate",
+    "take", "take_along_axis", "dynamic_slice", "dynamic_update_slice", "zeros_like",
+    "ones_like", "full_like", "empty", "empty_like",
     "jit", "grad", "value_and_grad", "jvp", "vjp", "vmap", "jacobian", "jacfwd", "jacrev",
     "hessian",
     "devices",
-    "cond", "fori_loop", "scan", "while_loop", "newton", "odeint",
+    "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint", "remat", "newton",
+    "odeint", "custom_jvp", "custom_vjp",
     "tree", "random", "optim", "linalg", "flatten_util", "save", "load",
     "ShapeDtype", "Compiler", "Program", "Executable",
 ]

@@ -72,9 +72,10 @@ def vjp(fun, *primals, has_aux=False):
     return (out, vjp_fun, aux) if has_aux else (out, vjp_fun)
 
 
-def vmap(fun, in_axes=0, out_axes=0):
-    """Vectorize ``fun`` over the ``in_axes`` of its arguments (pytree prefixes, None = shared)."""
-    return staged_vmap(fun, in_axes, out_axes)
+def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
+    """Vectorize ``fun`` over the ``in_axes`` of its arguments (pytree prefixes, None = shared).
+    ``axis_size``: the size of the mapped axis, needed when no argument is mapped."""
+    return staged_vmap(fun, in_axes, out_axes, axis_size)
 
 
 def jacobian(fun, argnums=0, has_aux=False):

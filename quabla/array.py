@@ -57,6 +57,8 @@ class Tensor:
     __slots__ = ("value", "weak", "__weakref__")
 
     def __init__(self, obj, dtype=None):
+        if isinstance(obj, (Array, list, tuple)) and not isinstance(obj, Tensor):
+            _reject_tracers_in([obj])  # a Tensor is concrete: qb.array stacks tracers
         source = array(obj, dtype)
         self.value = source.value
         self.weak = False
@@ -222,12 +224,20 @@ def _finish(value, dtype):
 
 
 def array(obj, dtype=None):
-    """A new Tensor from ``obj``; NumPy data is always copied."""
+    """A new Tensor from ``obj``; NumPy data is always copied. Under a transform, ``obj``
+    may be a traced array or nested lists/tuples mixing traced arrays and numbers: their
+    leaves are stacked (the dtype rules of ``qb.stack``, Python numbers weak), a traced array
+    (``quabla.indexing.traced_array``)."""
     if isinstance(obj, Tensor):
         value = obj.value
         if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
             value = value.astype(_dt.dtype(dtype).numpy)
         return Tensor.wrap(value)
+    if isinstance(obj, (Array, list, tuple)):
+        from .indexing import has_tracers, traced_array
+
+        if has_tracers(obj):
+            return traced_array(obj, dtype)
     return Tensor.wrap(_finish(_import(obj), dtype))
 
 

@@ -6,7 +6,7 @@ inherit these: importing this module installs them on both classes (as JAX sets 
 methods from ``jax.numpy``), and imports run one way, ``operators -> ops -> array``.
 """
 
-from . import ops
+from . import indexing, ops, reductions, shapes
 from .array import Tensor
 from .core.tracing import TraceTensor
 
@@ -47,6 +47,21 @@ class Operators:
 
     def __rpow__(self, other):
         return ops.power(other, self)
+
+    def __mod__(self, other):
+        return ops.remainder(self, other)
+
+    def __rmod__(self, other):
+        return ops.remainder(other, self)
+
+    def __floordiv__(self, other):
+        return ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return ops.floor_divide(other, self)
+
+    def round(self, decimals=0):
+        return ops.around(self, decimals)
 
     def __matmul__(self, other):
         return ops.matmul(self, other)
@@ -94,6 +109,15 @@ class Operators:
         return ops.getitem(self, index)
 
     @property
+    def at(self):
+        """JAX's index updates: ``x.at[idx].set(v)``, ``.add``, ``.multiply``, ``.min``,
+        ``.max``, ``.get`` (quabla/indexing.py)."""
+        return indexing.IndexUpdateHelper(self)
+
+    def take(self, indices, axis=None, **kwargs):
+        return indexing.take(self, indices, axis, **kwargs)
+
+    @property
     def T(self):
         return ops.transpose(self)
 
@@ -113,23 +137,78 @@ class Operators:
     def broadcast_to(self, shape):
         return ops.broadcast_to(self, shape)
 
-    def sum(self, axis=None, keepdims=False):
-        return ops.sum(self, axis, keepdims)
+    def sum(self, axis=None, keepdims=False, **kwargs):
+        return ops.sum(self, axis, keepdims, **kwargs)
 
-    def mean(self, axis=None, keepdims=False):
-        return ops.mean(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False, **kwargs):
+        return ops.mean(self, axis, keepdims, **kwargs)
 
-    def max(self, axis=None, keepdims=False):
-        return ops.max(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False, **kwargs):
+        return ops.max(self, axis, keepdims, **kwargs)
 
-    def min(self, axis=None, keepdims=False):
-        return ops.min(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False, **kwargs):
+        return ops.min(self, axis, keepdims, **kwargs)
 
-    def any(self, axis=None, keepdims=False):
-        return ops.any(self, axis, keepdims)
+    def any(self, axis=None, keepdims=False, **kwargs):
+        return ops.any(self, axis, keepdims, **kwargs)
 
-    def all(self, axis=None, keepdims=False):
-        return ops.all(self, axis, keepdims)
+    def all(self, axis=None, keepdims=False, **kwargs):
+        return ops.all(self, axis, keepdims, **kwargs)
+
+    def prod(self, axis=None, keepdims=False, **kwargs):
+        return reductions.prod(self, axis, keepdims, **kwargs)
+
+    def var(self, axis=None, dtype=None, ddof=0, keepdims=False, **kwargs):
+        return reductions.var(self, axis, dtype, ddof, keepdims, **kwargs)
+
+    def std(self, axis=None, dtype=None, ddof=0, keepdims=False, **kwargs):
+        return reductions.std(self, axis, dtype, ddof, keepdims, **kwargs)
+
+    def argmax(self, axis=None, keepdims=False):
+        return reductions.argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return reductions.argmin(self, axis, keepdims)
+
+    def cumsum(self, axis=None, dtype=None):
+        return reductions.cumsum(self, axis, dtype)
+
+    def cumprod(self, axis=None, dtype=None):
+        return reductions.cumprod(self, axis, dtype)
+
+    def sort(self, axis=-1, **kwargs):
+        """A sorted copy (arrays are immutable: JAX's ``.sort()``, not NumPy's in place)."""
+        return reductions.sort(self, axis, **kwargs)
+
+    def argsort(self, axis=-1, **kwargs):
+        return reductions.argsort(self, axis, **kwargs)
+
+    def ravel(self, order="C"):
+        return shapes.ravel(self, order)
+
+    def flatten(self, order="C"):
+        return shapes.ravel(self, order)
+
+    def squeeze(self, axis=None):
+        return ops.squeeze(self, axis)
+
+    def clip(self, min=None, max=None, **kwargs):  # noqa: A002 - NumPy's names
+        return ops.clip(self, min, max, **kwargs)
+
+    def dot(self, other):
+        return shapes.dot(self, other)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return shapes.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1):
+        return shapes.trace(self, offset, axis1, axis2)
+
+    def repeat(self, repeats, axis=None):
+        return shapes.repeat(self, repeats, axis)
+
+    def swapaxes(self, axis1, axis2):
+        return shapes.swapaxes(self, axis1, axis2)
 
 
 def _unary_method(name):

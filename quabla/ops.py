@@ -26,6 +26,11 @@ __all__ = [
     "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
     "where", "astype", "reshape", "transpose", "broadcast_to", "squeeze", "expand_dims",
     "concat", "stack", "mean", "norm", "matmul", "einsum", "solve", "cholesky", "tril", "triu",
+    # elementwise math (issue 24)
+    "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "arcsinh", "arccosh",
+    "arctanh", "log2", "log10", "exp2", "cbrt", "hypot", "floor", "ceil", "around",
+    "remainder", "mod", "floor_divide", "isinf", "reciprocal", "clip", "logaddexp", "isclose",
+    "allclose", "array_equal", "nan_to_num",
 ]
 
 _PYTHON_SCALARS = (int, float, bool)
@@ -36,14 +41,16 @@ _PUBLIC = {
     "max": "maximum", "min": "minimum", "logistic": "sigmoid",
     "gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal",
     "eq": "equal", "ne": "not_equal", "and": "logical_and", "or": "logical_or",
-    "not": "logical_not", "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+    "not": "logical_not", "asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
+    "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "lgamma": "gammaln",
+    "erf_inv": "erfinv", "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
     "reduce_or": "any", "reduce_and": "all",
 }
 
 
 # -- conversion and the dtype rules ---------------------------------------------------------
 
-def _as_array(x):
+def as_array(x):
     """Arrays pass through; anything array-like (NumPy, lists, NumPy scalars) is imported."""
     if isinstance(x, Array):
         return x
@@ -56,7 +63,7 @@ def weak_scalar(value, dtype):
     return Tensor.wrap(np.array(value, dtype=dtype.numpy), weak=True)
 
 
-def _promote(name, operands, kind="float"):
+def promote(name, operands, kind="float"):
     """Apply the dtype rules to ``operands``; returns arrays of one dtype.
 
     kind: "float" (math: floating operands), "compare" (floating, or bool for (in)equality),
@@ -75,7 +82,7 @@ def _promote(name, operands, kind="float"):
                 weak_dtype = _dt.float64
             arrays.append(x)
             continue
-        x = _as_array(x)
+        x = as_array(x)
         arrays.append(x)
         if x.weak:
             if weak_dtype is None or weak_dtype is _dt.bool_:
@@ -107,7 +114,7 @@ def _promote(name, operands, kind="float"):
     return out
 
 
-def _broadcast_all(name, arrays):
+def broadcast_all(name, arrays):
     shapes = [tuple(a.shape) for a in arrays]
     try:
         shape = np.broadcast_shapes(*shapes)
@@ -134,45 +141,45 @@ def _broadcast(x, shape):
     return bind("broadcast_in_dim", x, shape=shape, broadcast_dimensions=dims)
 
 
-def _elementwise(op, *operands, kind="float"):
+def apply_elementwise(op, *operands, kind="float"):
     name = _PUBLIC.get(op, op)
-    arrays = _broadcast_all(name, _promote(name, operands, kind))
+    arrays = broadcast_all(name, promote(name, operands, kind))
     return bind(op, *arrays)
 
 
-def _unary(op, x, kind="float"):
-    (x,) = _promote(_PUBLIC.get(op, op), (x,), kind)
+def apply_unary(op, x, kind="float"):
+    (x,) = promote(_PUBLIC.get(op, op), (x,), kind)
     return bind(op, x)
 
 
 # -- elementwise ----------------------------------------------------------------------------
 
 def negative(x):
-    return _unary("neg", x)
+    return apply_unary("neg", x)
 
 
 def add(x, y):
-    return _elementwise("add", x, y)
+    return apply_elementwise("add", x, y)
 
 
 def subtract(x, y):
-    return _elementwise("sub", x, y)
+    return apply_elementwise("sub", x, y)
 
 
 def multiply(x, y):
-    return _elementwise("mul", x, y)
+    return apply_elementwise("mul", x, y)
 
 
 def divide(x, y):
-    return _elementwise("div", x, y)
+    return apply_elementwise("div", x, y)
 
 
 def maximum(x, y):
-    return _elementwise("max", x, y)
+    return apply_elementwise("max", x, y)
 
 
 def minimum(x, y):
-    return _elementwise("min", x, y)
+    return apply_elementwise("min", x, y)
 
 
 def power(x, y):
@@ -180,7 +187,7 @@ def power(x, y):
     if isinstance(y, numbers.Integral) and not isinstance(y, (bool, np.bool_)) and y >= 0:
         if isinstance(x, _PYTHON_SCALARS):
             x = weak_scalar(x, _dt.float64) if not isinstance(x, bool) else x
-        (x,) = _promote("power", (x,))
+        (x,) = promote("power", (x,))
         if y >= 2**63:
             # Compiled code takes int64 exponents: x ** (low + 2**63 m) as x ** low times
             # (x ** 2**63) ** m, the same products as repeated squaring (x ** 2**63 is 0, 1,
@@ -188,7 +195,7 @@ def power(x, y):
             top = power(power(x, 2**62), 2)
             return multiply(power(x, int(y) % 2**63), power(top, int(y) >> 63))
         return bind("integer_pow", x, n=int(y))
-    return _elementwise("pow", x, y)
+    return apply_elementwise("pow", x, y)
 
 
 def square(x):
@@ -197,7 +204,7 @@ def square(x):
 
 def _unary_function(op, public):
     def fn(x):
-        return _unary(op, x)
+        return apply_unary(op, x)
 
     fn.__name__ = public
     fn.__qualname__ = public
@@ -218,23 +225,23 @@ sigmoid = _unary_function("logistic", "sigmoid")
 
 
 def abs(x):  # noqa: A001 - the spec names it abs; it is kept out of __all__
-    return _unary("abs", x)
+    return apply_unary("abs", x)
 
 
 def relu(x):
     """max(x, 0), with derivative 0 at 0 and at NaN (as JAX); NaN stays NaN."""
-    return _unary("relu", x)
+    return apply_unary("relu", x)
 
 
 def softplus(x):
     """log(1 + exp(x)), computed without overflow; its derivative is sigmoid(x) everywhere."""
-    return _unary("softplus", x)
+    return apply_unary("softplus", x)
 
 
 def stop_gradient(x):
     """``x``, with no tangent and no cotangent under any transform (pytrees: leaf by leaf)."""
     def leaf(v):
-        (v,) = _promote("stop_gradient", (v,), kind="any")
+        (v,) = promote("stop_gradient", (v,), kind="any")
         return bind("stop_gradient", v) if v.dtype.is_floating else v
 
     return tree.map(leaf, x)
@@ -242,7 +249,7 @@ def stop_gradient(x):
 
 def _comparison(op, public):
     def fn(x, y):
-        return _elementwise(op, x, y, kind="compare")
+        return apply_elementwise(op, x, y, kind="compare")
 
     fn.__name__ = public
     fn.__qualname__ = public
@@ -259,44 +266,183 @@ not_equal = _comparison("ne", "not_equal")
 
 
 def logical_and(x, y):
-    return _elementwise("and", x, y, kind="logical")
+    return apply_elementwise("and", x, y, kind="logical")
 
 
 def logical_or(x, y):
-    return _elementwise("or", x, y, kind="logical")
+    return apply_elementwise("or", x, y, kind="logical")
 
 
 def logical_not(x):
-    return _unary("not", x, kind="logical")
+    return apply_unary("not", x, kind="logical")
 
 
 def isfinite(x):
-    return _unary("isfinite", x)
+    return apply_unary("isfinite", x)
 
 
 def isnan(x):
-    return _unary("isnan", x)
+    return apply_unary("isnan", x)
 
 
 def where(condition, x, y):
     """Elementwise selection: ``x`` where ``condition`` holds, else ``y``."""
-    (condition,) = _promote("where", (condition,), kind="logical")
-    x, y = _promote("where", (x, y), kind="any")
-    condition, x, y = _broadcast_all("where", [condition, x, y])
+    (condition,) = promote("where", (condition,), kind="logical")
+    x, y = promote("where", (x, y), kind="any")
+    condition, x, y = broadcast_all("where", [condition, x, y])
     return bind("select", condition, x, y)
 
 
 def astype(x, dtype):
-    x = _as_array(x)
+    x = as_array(x)
     dtype = _dt.dtype(dtype)
     if x.dtype is dtype:
         return x
     return bind("cast", x, dtype=dtype)
 
 
+# -- more elementwise math (issue 24): NumPy's values, JAX's derivatives -----------------------
+
+tan = _unary_function("tan", "tan")
+arcsin = _unary_function("asin", "arcsin")
+arccos = _unary_function("acos", "arccos")
+arctan = _unary_function("atan", "arctan")
+sinh = _unary_function("sinh", "sinh")
+cosh = _unary_function("cosh", "cosh")
+arcsinh = _unary_function("asinh", "arcsinh")
+arccosh = _unary_function("acosh", "arccosh")
+arctanh = _unary_function("atanh", "arctanh")
+log2 = _unary_function("log2", "log2")
+log10 = _unary_function("log10", "log10")
+exp2 = _unary_function("exp2", "exp2")
+cbrt = _unary_function("cbrt", "cbrt")
+floor = _unary_function("floor", "floor")
+ceil = _unary_function("ceil", "ceil")
+floor.__doc__ = "Elementwise floor (its derivative is zero, as JAX's)."
+ceil.__doc__ = "Elementwise ceil (its derivative is zero, as JAX's)."
+
+
+def around(x, decimals=0):
+    """Round to ``decimals`` places, halves to even (NumPy's ``round``; ``quabla.round`` is
+    this function). Its derivative is zero, as JAX's. Other than 0 places, NumPy's steps:
+    ``round(x * 10**d) / 10**d``, or ``round(x / 10**-d) * 10**-d`` for negative ``d``."""
+    (x,) = promote("round", (x,))
+    decimals = as_index(decimals)
+    if decimals == 0:
+        return bind("round", x)
+    if decimals > 0:
+        factor = 10.0 ** decimals
+        return divide(bind("round", multiply(x, factor)), factor)
+    factor = 10.0 ** -decimals
+    return multiply(bind("round", divide(x, factor)), factor)
+
+
+def remainder(x, y):
+    """The floored remainder, with the sign of ``y`` (NumPy's and Python's ``%``); its
+    derivatives are 1 and -floor(x / y), as JAX's."""
+    return apply_elementwise("remainder", x, y)
+
+
+mod = remainder
+
+
+def floor_divide(x, y):
+    """The floored quotient (NumPy's and Python's ``//``); its derivative is zero."""
+    return apply_elementwise("floor_divide", x, y)
+
+
+def arctan2(x1, x2):
+    """The angle of the point (x2, x1), in [-pi, pi] (NumPy's ``arctan2``)."""
+    return apply_elementwise("atan2", x1, x2)
+
+
+def hypot(x1, x2):
+    """sqrt(x1**2 + x2**2) without overflow; its gradient is zero at the origin (as ``norm``'s;
+    JAX gives 0.5 there)."""
+    return apply_elementwise("hypot", x1, x2)
+
+
+def isinf(x):
+    return apply_unary("isinf", x)
+
+
+def reciprocal(x):
+    """1 / x."""
+    return divide(1.0, x)
+
+
+def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002
+    """``x`` limited to [min, max] (either may be None; ``a_min``/``a_max`` are NumPy's
+    names): maximum with ``min``, then minimum with ``max``, as JAX's, so its derivatives are
+    JAX's: 1 inside, 0 outside, and 1/2 to ``x`` and 1/2 to the bound it equals."""
+    low = min if min is not None else a_min
+    high = max if max is not None else a_max
+    if low is not None:
+        x = maximum(x, low)
+    if high is not None:
+        x = minimum(x, high)
+    return as_array(x) if isinstance(x, _PYTHON_SCALARS) else x
+
+
+def logaddexp(x1, x2):
+    """log(exp(x1) + exp(x2)) without overflow: the larger plus softplus of the difference,
+    so its derivatives are smooth to every order (1/2 each where x1 == x2, as JAX's)."""
+    a, b = broadcast_all("logaddexp", promote("logaddexp", (x1, x2)))
+    delta = subtract(a, b)
+    stable = where(greater_equal(a, b), add(a, softplus(negative(delta))),
+                   add(b, softplus(delta)))
+    # NaN, or infinities of one sign (whose difference is NaN): their sum, as JAX gives
+    return where(isnan(delta), add(a, b), stable)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b| where both are finite, a == b otherwise (NumPy's rule)."""
+    a, b = broadcast_all("isclose", promote("isclose", (a, b), kind="compare"))
+    if a.dtype is _dt.bool_:
+        return equal(a, b)
+    finite = logical_and(isfinite(a), isfinite(b))
+    close = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
+    out = where(finite, close, equal(a, b))
+    if equal_nan:
+        out = logical_or(out, logical_and(isnan(a), isnan(b)))
+    return out
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether ``isclose`` holds everywhere: a bool_ scalar array."""
+    return all(isclose(a, b, rtol, atol, equal_nan))
+
+
+def array_equal(a1, a2, equal_nan=False):
+    """Whether ``a1`` and ``a2`` have one shape and equal elements: a bool_ scalar array
+    (False at once for different shapes, which are static)."""
+    a1, a2 = as_array(a1), as_array(a2)
+    if tuple(a1.shape) != tuple(a2.shape):
+        return Tensor.wrap(np.array(False))
+    if a1.dtype is not a2.dtype:
+        a1, a2 = astype(a1, _dt.float64), astype(a2, _dt.float64)
+    eq = equal(a1, a2)
+    if equal_nan and a1.dtype.is_floating:
+        eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))
+    return all(eq)
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN replaced by ``nan``, infinities by ``posinf``/``neginf`` (default: the dtype's
+    largest finite values); the gradient passes where ``x`` is finite, 0 elsewhere."""
+    del copy  # arrays are immutable
+    x = as_array(x)
+    if x.dtype is _dt.bool_:
+        return x
+    big = float(np.finfo(x.dtype.numpy).max)
+    out = where(isnan(x), nan, x)
+    out = where(equal(x, math.inf), big if posinf is None else posinf, out)
+    return where(equal(x, -math.inf), -big if neginf is None else neginf, out)
+
+
 # -- shapes ---------------------------------------------------------------------------------
 
-def _axis(axis, ndim, name):
+def normalize_axis(axis, ndim, name):
     if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         if isinstance(axis, Array):
             raise TracerError(f"quabla.{name}: axis must be a static Python int")
@@ -306,19 +452,19 @@ def _axis(axis, ndim, name):
     return axis % builtins.max(ndim, 1)
 
 
-def _axes(axis, ndim, name):
+def normalize_axes(axis, ndim, name):
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (tuple, list)):
-        axes = tuple(sorted(_axis(a, ndim, name) for a in axis))
+        axes = tuple(sorted(normalize_axis(a, ndim, name) for a in axis))
         if len(set(axes)) != len(axes):
             raise ValueError(f"quabla.{name}: repeated axis in {axis}")
         return axes
-    return (_axis(axis, ndim, name),)
+    return (normalize_axis(axis, ndim, name),)
 
 
 def reshape(x, shape):
-    x = _as_array(x)
+    x = as_array(x)
     shape = list(as_shape(shape))
     size = x.size
     if shape.count(-1) > 1:
@@ -337,11 +483,11 @@ def reshape(x, shape):
 
 
 def transpose(x, axes=None):
-    x = _as_array(x)
+    x = as_array(x)
     if axes is None:
         perm = tuple(reversed(range(x.ndim)))
     else:
-        perm = tuple(_axis(a, x.ndim, "transpose") for a in axes)
+        perm = tuple(normalize_axis(a, x.ndim, "transpose") for a in axes)
         if sorted(perm) != list(range(x.ndim)):
             raise ValueError(f"quabla.transpose: {tuple(axes)} is not a permutation of the axes")
     if perm == tuple(range(x.ndim)):
@@ -350,7 +496,7 @@ def transpose(x, axes=None):
 
 
 def broadcast_to(x, shape):
-    x = _as_array(x)
+    x = as_array(x)
     shape = as_shape(shape)
     try:
         if np.broadcast_shapes(tuple(x.shape), shape) != shape:
@@ -363,16 +509,16 @@ def broadcast_to(x, shape):
 
 
 def squeeze(x, axis=None):
-    x = _as_array(x)
-    axes = [d for d in range(x.ndim) if x.shape[d] == 1] if axis is None else _axes(axis, x.ndim, "squeeze")
+    x = as_array(x)
+    axes = [d for d in range(x.ndim) if x.shape[d] == 1] if axis is None else normalize_axes(axis, x.ndim, "squeeze")
     if builtins.any(x.shape[d] != 1 for d in axes):
         raise ValueError("quabla.squeeze: can only remove axes of size 1")
     return reshape(x, tuple(n for d, n in enumerate(x.shape) if d not in axes)) if axes else x
 
 
 def expand_dims(x, axis):
-    x = _as_array(x)
-    axis = _axis(axis, x.ndim + 1, "expand_dims")
+    x = as_array(x)
+    axis = normalize_axis(axis, x.ndim + 1, "expand_dims")
     shape = list(x.shape)
     shape.insert(axis, 1)
     return bind("reshape", x, new_shape=tuple(shape))
@@ -382,11 +528,11 @@ def concat(arrays, axis=0):
     arrays = list(arrays)
     if not arrays:
         raise ValueError("quabla.concat needs at least one array")
-    arrays = _promote("concat", arrays, kind="any")
+    arrays = promote("concat", arrays, kind="any")
     ndim = arrays[0].ndim
     if ndim == 0:
         raise ValueError("quabla.concat cannot join 0-d arrays; use quabla.stack")
-    axis = _axis(axis, ndim, "concat")
+    axis = normalize_axis(axis, ndim, "concat")
     for a in arrays:
         if a.ndim != ndim or builtins.any(
             a.shape[d] != arrays[0].shape[d] for d in range(ndim) if d != axis
@@ -403,11 +549,11 @@ def stack(arrays, axis=0):
     arrays = list(arrays)
     if not arrays:
         raise ValueError("quabla.stack needs at least one array")
-    arrays = _promote("stack", arrays, kind="any")
+    arrays = promote("stack", arrays, kind="any")
     shape = tuple(arrays[0].shape)
     if builtins.any(tuple(a.shape) != shape for a in arrays):
         raise ValueError(f"quabla.stack: shapes {[list(a.shape) for a in arrays]} differ")
-    axis = _axis(axis, len(shape) + 1, "stack")
+    axis = normalize_axis(axis, len(shape) + 1, "stack")
     expanded = [expand_dims(a, axis) for a in arrays]
     if len(expanded) == 1:
         return expanded[0]
@@ -416,16 +562,20 @@ def stack(arrays, axis=0):
 
 def getitem(x, index):
     """NumPy basic indexing: ints (negative too), slices, None and Ellipsis, and scalar arrays
-    (traced or not) that select one row of their axis like an int (``xs[i]`` in a loop body)."""
+    (traced or not) that select one row of their axis like an int (``xs[i]`` in a loop body).
+    Index arrays, lists and concrete boolean masks are NumPy's advanced indexing, a gather
+    (``quabla.indexing.getitem``)."""
     if not isinstance(index, tuple):
         index = (index,)
-    if builtins.any(isinstance(item, Array) for item in index):
+    if builtins.any(isinstance(item, (Array, list, tuple, np.ndarray)) for item in index):
+        from . import indexing  # index arrays, lists and masks: a gather (quabla/indexing.py)
+
+        if builtins.any(indexing.is_array_index(item) for item in index):
+            return indexing.getitem(x, index)
         return _dynamic_getitem(x, index)
     for item in index:
-        if isinstance(item, (np.ndarray, list)) or (
-            isinstance(item, (bool, np.bool_))
-        ):
-            raise TypeError("only static basic indexing (ints, slices, None, ...) is supported")
+        if isinstance(item, (bool, np.bool_)):
+            raise TypeError("a bool index (x[True], x[False]) is not supported")
     if builtins.sum(1 for i in index if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis")
     used = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -505,53 +655,88 @@ def _dynamic_getitem(x, index):
 
 # -- reductions -----------------------------------------------------------------------------
 
-def _reduce(op, x, axis, keepdims, kind="float"):
+def _reduce(op, x, axis, keepdims, kind="float", mask=None, initial=None):
+    """``op`` over ``axis`` (int, tuple or None; negative from the end). ``mask`` (``where=``
+    of the public functions): a bool mask broadcast to ``x`` of the elements taken, the others
+    counting as the op's identity; ``initial``: a value the result is combined with (max and
+    min need it with a mask, having no finite identity, as in NumPy and JAX)."""
+    from .core.primitives import PRIMITIVES
+
     name = _PUBLIC.get(op, op)
-    (x,) = _promote(name, (x,), kind)
-    axes = _axes(axis, x.ndim, name)
+    (x,) = promote(name, (x,), kind)
+    axes = normalize_axes(axis, x.ndim, name)
+    if mask is not None:
+        if initial is None and op in ("reduce_max", "reduce_min"):
+            raise ValueError(f"quabla.{name}: a reduction with where= needs initial= (it has "
+                             "no identity)")
+        x = where(broadcast_to(as_bool(mask, name), x.shape), x, PRIMITIVES[op].identity)
     out = bind(op, x, axes=axes) if axes else x
+    if initial is not None:
+        combine = {"reduce_sum": add, "reduce_max": maximum, "reduce_min": minimum,
+                   "reduce_or": logical_or, "reduce_and": logical_and}[op]
+        out = combine(out, initial)
     if keepdims:
         out = reshape(out, tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
     return out
 
 
-def sum(x, axis=None, keepdims=False):  # noqa: A001
-    return _reduce("reduce_sum", x, axis, keepdims)
+def summand(x, dtype=None):
+    """``x`` as a sum takes it: a bool_ array counts (float64, as NumPy's sums of bools are
+    counts), ``dtype`` converts first."""
+    if isinstance(x, bool) or not isinstance(x, _PYTHON_SCALARS):
+        x = as_array(x)
+        if dtype is not None:
+            x = astype(x, dtype)
+        elif x.dtype is _dt.bool_:
+            x = astype(x, _dt.float64)
+    return x
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001
-    return _reduce("reduce_max", x, axis, keepdims)
+def sum(x, axis=None, keepdims=False, *, dtype=None, where=None, initial=None):  # noqa: A001
+    """The sum over ``axis``; a bool_ array is counted (float64)."""
+    return _reduce("reduce_sum", summand(x, dtype), axis, keepdims, mask=where,
+                   initial=initial)
 
 
-def min(x, axis=None, keepdims=False):  # noqa: A001
-    return _reduce("reduce_min", x, axis, keepdims)
+def max(x, axis=None, keepdims=False, *, where=None, initial=None):  # noqa: A001
+    return _reduce("reduce_max", x, axis, keepdims, mask=where, initial=initial)
 
 
-def _as_bool(x, name):
-    x = _as_array(x) if not isinstance(x, bool) else x
+def min(x, axis=None, keepdims=False, *, where=None, initial=None):  # noqa: A001
+    return _reduce("reduce_min", x, axis, keepdims, mask=where, initial=initial)
+
+
+def as_bool(x, name):
+    x = as_array(x) if not isinstance(x, bool) else x
     if isinstance(x, bool):
         return weak_scalar(x, _dt.bool_)
     return x if x.dtype is _dt.bool_ else not_equal(x, 0.0)
 
 
-def any(x, axis=None, keepdims=False):  # noqa: A001
-    return _reduce("reduce_or", _as_bool(x, "any"), axis, keepdims, kind="logical")
+def any(x, axis=None, keepdims=False, *, where=None):  # noqa: A001
+    return _reduce("reduce_or", as_bool(x, "any"), axis, keepdims, kind="logical", mask=where)
 
 
-def all(x, axis=None, keepdims=False):  # noqa: A001
-    return _reduce("reduce_and", _as_bool(x, "all"), axis, keepdims, kind="logical")
+def all(x, axis=None, keepdims=False, *, where=None):  # noqa: A001
+    return _reduce("reduce_and", as_bool(x, "all"), axis, keepdims, kind="logical", mask=where)
 
 
-def mean(x, axis=None, keepdims=False):
-    (x,) = _promote("mean", (x,))
-    axes = _axes(axis, x.ndim, "mean")
-    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-    return divide(sum(x, axis, keepdims), float(count))
+def mean(x, axis=None, keepdims=False, *, dtype=None, where=None):
+    """The mean over ``axis`` (of a bool_ array: the fraction true); with ``where``, of the
+    elements it selects (NaN where it selects none)."""
+    (x,) = promote("mean", (summand(x, dtype),))
+    total = sum(x, axis, keepdims, where=where)
+    if where is None:
+        axes = normalize_axes(axis, x.ndim, "mean")
+        count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+        return divide(total, float(count))
+    mask = broadcast_to(as_bool(where, "mean"), x.shape)
+    return divide(total, astype(sum(mask, axis, keepdims), x.dtype))
 
 
 def norm(x, axis=None, keepdims=False):
     """The Euclidean (Frobenius) norm over ``axis``."""
-    (x,) = _promote("norm", (x,))
+    (x,) = promote("norm", (x,))
     return sqrt(sum(multiply(x, x), axis, keepdims))
 
 
@@ -560,7 +745,7 @@ def norm(x, axis=None, keepdims=False):
 def dot_general(lhs, rhs, contracting, batch=((), ())):
     """The general contraction: output axes are batch, then lhs free, then rhs free. A
     product with a scalar is a multiply (it fuses, and back ends need no scalar case)."""
-    lhs, rhs = _promote("dot_general", (lhs, rhs))
+    lhs, rhs = promote("dot_general", (lhs, rhs))
     if lhs.ndim == 0 or rhs.ndim == 0:
         return multiply(lhs, rhs)
     return bind(
@@ -571,7 +756,7 @@ def dot_general(lhs, rhs, contracting, batch=((), ())):
 
 def matmul(a, b):
     """NumPy ``matmul``: 1-d operands are promoted and the added axis removed again."""
-    a, b = _promote("matmul", (a, b))
+    a, b = promote("matmul", (a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("quabla.matmul: operands must have rank >= 1; use * for scalars")
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
@@ -613,7 +798,7 @@ def einsum(subscripts, *operands):
             f"quabla.einsum: subscripts must be a string, got {type(subscripts).__name__}")
     if not operands:
         raise ValueError("quabla.einsum needs at least one operand")
-    arrays = _promote("einsum", operands)
+    arrays = promote("einsum", operands)
     terms, output = _einsum_subscripts(subscripts, [a.ndim for a in arrays])
     arrays, terms = map(list, zip(*(_einsum_diagonal(a, t) for a, t in zip(arrays, terms))))
     _einsum_broadcast(arrays, terms)
@@ -746,7 +931,7 @@ def solve_operands(name, a, b):
     """``solve``'s operands (and those of the other solves) promoted and broadcast to the
     primitive's form: ``a`` [*batch, n, n] and ``b`` [*batch, n] or [*batch, n, k]
     (``quabla.linalg.triangular_solve`` takes its operands so too)."""
-    a, b = _promote(name, (a, b))
+    a, b = promote(name, (a, b))
     _square_matrices(a, name)
     n = a.shape[-1]
     vector = b.ndim == 1
@@ -767,13 +952,13 @@ def solve_operands(name, a, b):
 def cholesky(a):
     """The lower Cholesky factors of symmetric positive definite matrices [..., n, n] (NaN
     where a matrix is not positive definite)."""
-    (a,) = _promote("cholesky", (a,))
+    (a,) = promote("cholesky", (a,))
     _square_matrices(a, "cholesky")
     return bind("cholesky", a)
 
 
 def _triangle(x, k, lower, name):
-    (x,) = _promote(name, (x,), kind="any")
+    (x,) = promote(name, (x,), kind="any")
     if x.ndim < 2:
         raise ValueError(f"quabla.{name} needs rank >= 2")
     n, m = x.shape[-2:]

@@ -1,6 +1,6 @@
 """The device parity corpus: small float32 programs covering every primitive, transformed
 programs (grad, jvp, vjp, vmap, jacobian, hessian) and control-flow regions (cond, scan,
-fori_loop, while_loop), for every back end.
+fori_loop, while_loop, checkpoint), for every back end.
 
 ``cases()`` lists ``Case(name, fn, args)``; ``check(device, case)`` lowers ``jit(fn)`` for the
 case's arguments, compiles the graph on ``device`` with ``lowering.compile``, calls the
@@ -148,13 +148,73 @@ def _control_cases(rng):
              _f32([rng.uniform(-1, 1, (4, 2))])),
         Case("dynamic_update_add", qb.grad(lambda x, i: qb.sum(qb.sin(x[i])), argnums=0),
              _f32([rng.uniform(-1, 1, (3, 2)), 1.0])),
+        Case("remat-value_and_grad", qb.value_and_grad(_checkpointed_layers),
+             _f32([rng.uniform(-1, 1, (3, 3)), rng.uniform(-1, 1, (2, 3))])),
     ]
+
+
+def _checkpointed_layers(w, x):
+    """checkpoint: reverse mode recomputes each layer's forward values in a remat region."""
+    layer = qb.checkpoint(lambda w, x: qb.tanh(qb.tanh(x @ w) @ w))
+    return qb.sum(layer(w, layer(w, x)) ** 2)
+
+
+def _math_special_values(x):
+    """Issue 24's elementwise math at IEEE corner cases (ops whose scalar code never calls a
+    Python ``math`` function outside its domain, as the CUDA simulator runs it)."""
+    return (qb.floor(x), qb.ceil(x), qb.round(x), qb.isinf(x), qb.arctan(x), qb.sinh(x),
+            qb.cosh(x), qb.arcsinh(x), qb.exp2(x), qb.cbrt(x), x % 1.5, x // 1.5,
+            qb.clip(x, -1.0, 2.0), qb.nan_to_num(x), qb.isclose(x, 1.5),
+            qb.logaddexp(x, 0.5), qb.special.erf(x), qb.special.erfc(x),
+            qb.special.erfinv(x * 0.5), qb.special.ndtri(x * 0.25 + 0.5),
+            qb.special.digamma(x), qb.special.polygamma(1, x), qb.special.xlogy(x, 2.0))
+
+
+def _math_cases(rng):
+    return [Case("math-special-values", _math_special_values,
+                 _f32([np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.0, 2.5, -0.5])]))]
+
+
+def _indexing(x, i, v):
+    """Issue 24's indexing forms with traced indices (out of range, negative and repeated
+    ones): gathers, scatters of every mode (dropped, clamped and repeated updates, the last
+    ``set`` winning), take with its NaN fill, dynamic slices and a traced qb.array."""
+    j = i[:2]
+    return (x[i], x[:, j], x[i, j[:, None]], x.at[i].add(v), x.at[i].set(v),
+            x.at[i].set(v, mode="clip"), x.at[:, j].multiply(v[0, :2]),
+            x.at[i].min(v, mode="clip"), x.at[i].max(v), qb.take(x, i, axis=1),
+            qb.take_along_axis(x, qb.stack([i, -i]), axis=0),
+            qb.dynamic_slice(x, (i[0], i[1]), (2, 2)),
+            qb.dynamic_update_slice(x, v[:2, :2], (i[2], i[0])),
+            qb.array([x[0, 0], 1.0, i[0]]))
+
+
+def _indexing_gradients(x, i, v):
+    def scalar(x, v):
+        outs = _indexing(x, i, v)
+        return sum(qb.sum(qb.sin(qb.nan_to_num(o))) for o in outs)
+    return qb.grad(scalar, argnums=(0, 1))(x, v)
+
+
+def _indexing_cases(rng):
+    args = _f32([rng.uniform(-1, 1, (4, 3)), np.array([2.0, -1.0, 2.0]),
+                 rng.uniform(-1, 1, (3, 3))])
+    wild = _f32([rng.uniform(-1, 1, (4, 3)), np.array([5.0, -7.0, 1.5]),
+                 rng.uniform(-1, 1, (3, 3))])
+    return [Case("indexing", _indexing, args), Case("indexing-grad", _indexing_gradients, args),
+            Case("indexing-out-of-range", _indexing, wild),
+            Case("scatter-set-repeated", lambda x, i, v: qb_ops.bind(
+                "scatter", x, i, v, batch_dims=1, mode="set"),
+                _f32([rng.uniform(-1, 1, (2, 3, 2)), np.array([[0.0, 2.0, 0.0, 0.0, 1.0],
+                                                               [2.0, 2.0, -1.0, 1.0, 2.0]]),
+                      rng.uniform(-1, 1, (2, 5, 2))]))]
 
 
 def cases():
     """Every case of the corpus, with fixed data."""
     rng = np.random.default_rng(11)
-    return _primitive_cases(rng) + _transformed_cases(rng) + _control_cases(rng)
+    return (_primitive_cases(rng) + _transformed_cases(rng) + _control_cases(rng)
+            + _math_cases(rng) + _indexing_cases(rng))
 
 
 def check(device, case, tol=TOL):

@@ -235,10 +235,10 @@ def test_asarray_export_is_zero_copy_and_read_only(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_export_copies_on_request(dtype):
     t = sample(dtype)
-    for copy in (t.__array__(copy=True), np.array(t), np.array(t, copy=True)):
-        assert copy.flags.writeable
-        assert not np.shares_memory(copy, t.numpy())
-        copy[0, 0] = not copy[0, 0]
+    for exported in (t.__array__(copy=True), np.array(t), np.array(t, copy=True)):
+        assert exported.flags.writeable
+        assert not np.shares_memory(exported, t.numpy())
+        exported[0, 0] = not exported[0, 0]
     np.testing.assert_array_equal(t.numpy(), sample(dtype).numpy())
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import quabla as qb
-from quabla import checkpoint as ckpt
+from quabla import checkpoint_files as ckpt
 from quabla.array import Tensor
 
 MAGIC = b"QUABLA\x00\x01"

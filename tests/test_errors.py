@@ -87,8 +87,8 @@ CONCRETE_USES = {
     "tolist": lambda x: x.tolist(),
     "numpy": lambda x: x.numpy(),
     "np.asarray": np.asarray,
-    "qb.array": qb.array,
-    "list of tracers": lambda x: qb.array([x, x]),
+    "qb.Tensor": qb.Tensor,
+    "Tensor of a list of tracers": lambda x: qb.Tensor([x, x]),
     "index": lambda x: [1.0, 2.0][x],  # a Python list needs an int (arrays take x[i])
 }
 
@@ -97,6 +97,13 @@ CONCRETE_USES = {
 def test_concrete_use_of_a_tracer_raises_tracer_error(tracer, use):
     with pytest.raises(qb.TracerError):
         use(tracer)
+
+
+def test_qb_array_of_tracers_is_traced(tracer):
+    """qb.array (unlike a Tensor) stacks tracers (issue 24): a traced array, no error."""
+    assert qb.array(tracer) is tracer
+    stacked = qb.array([tracer, tracer])
+    assert isinstance(stacked, qb.TraceTensor) and stacked.shape == (2, 2)
 
 
 def test_control_flow_message(tracer):

@@ -48,7 +48,7 @@ def test_op_kinds_are_declared_once_in_the_core():
     assert {kinds[op] for op in ("broadcast_in_dim", "transpose", "slice", "rev")} == {"index_map"}
     assert {op for op, k in kinds.items() if k == "reduction"} == {
         "reduce_sum", "reduce_max", "reduce_min", "reduce_or", "reduce_and"}
-    assert {op for op, k in kinds.items() if k == "region"} == {"cond", "scan", "while"}
+    assert {op for op, k in kinds.items() if k == "region"} == {"cond", "scan", "while", "remat"}
     assert all(PRIMITIVES[op].identity is not None for op, k in kinds.items() if k == "reduction")
     assert PRIMITIVES["add"].cheap({}) and not PRIMITIVES["exp"].cheap({})
     assert PRIMITIVES["integer_pow"].cheap({"n": 3}) and not PRIMITIVES["integer_pow"].cheap({"n": 9})

@@ -303,7 +303,7 @@ BOOL_REJECTED = {
     "2.0 ** b": lambda b: 2.0 ** b,
     "b + 1.0": lambda b: b + 1.0,
     "-b": operator.neg,
-    "sum": qb.sum, "mean": qb.mean, "max": qb.max, "min": qb.min, "norm": qb.norm,
+    "max": qb.max, "min": qb.min, "norm": qb.norm,
     "matmul": lambda b: qb.matmul(b, b),
     "isnan": qb.isnan, "isfinite": qb.isfinite,
     "solve": lambda b: qb.solve(qb.array([[True, False], [False, True]]), b),
@@ -316,6 +316,14 @@ BOOL_REJECTED = {
 def test_math_rejects_bool_operands(fn):
     with pytest.raises(TypeError):
         fn(qb.array([True, False]))
+
+
+def test_sums_of_bool_arrays_count():
+    """NumPy's (and JAX's) behaviour: a sum or mean of booleans counts the true ones."""
+    mask = qb.array([True, False, True])
+    assert qb.sum(mask).dtype is qb.float64 and qb.sum(mask).item() == 2.0
+    assert qb.mean(mask).item() == pytest.approx(2 / 3)
+    assert qb.jit(lambda m: qb.sum(m))(mask).item() == 2.0
 
 
 @pytest.mark.parametrize("fn", [
@@ -535,7 +543,9 @@ def test_basic_indices_match_numpy(data):
 @pytest.mark.parametrize("index, exc", [
     (3, IndexError), (-4, IndexError), ((0, 0, 0, 0), IndexError), ((Ellipsis, Ellipsis), IndexError),
     (slice(5, None), IndexError), (slice(3, 0), IndexError),
-    (qb.array([0.0]), TypeError), (qb.array(True), TypeError), ([0, 1], TypeError), (np.array([0]), TypeError), (True, TypeError),
+    (qb.array([0.5]), TypeError), (qb.array(True), TypeError), ([0.5, 1], TypeError),
+    (np.array(["a"]), TypeError), (True, TypeError), ((3, [0, 1]), IndexError),
+    (np.zeros(3, dtype=bool), ValueError),
 ])
 def test_indexing_errors(index, exc):
     with pytest.raises(exc):

@@ -219,7 +219,157 @@ CASES = {
         Case(lambda x, v: qb_ops.bind("dynamic_update_add", x, qb.array(2.0), v),
              _args(_u((3, 2)), _u((2,))), "row"),
     ],
+    "sort": [  # distinct values: no ties, where the permutation (and derivative) jumps
+        Case(lambda x: qb.sort(x, axis=0), _args(_distinct((4, 3))), "columns"),
+        Case(lambda x: qb.quantile(x, [0.3, 0.5], axis=1), _args(_distinct((2, 5))),
+             "quantiles"),
+    ],
 }
+
+
+# -- the elementwise math and special functions of issue 24 -----------------------------------
+
+def _off_whole(shape, low=-3.0, high=3.0, margin=0.1):
+    """Values at least ``margin`` from a whole number (no jumps of floor, ceil, remainder)."""
+    return lambda rng: np.floor(rng.uniform(low, high, shape)) + rng.uniform(margin, 1 - margin,
+                                                                             shape)
+
+
+def _off_half(shape, low=-3.0, high=3.0):
+    """Values at least 0.1 from a half-integer (no jumps of round)."""
+    return lambda rng: (np.floor(rng.uniform(low, high, shape)) + rng.uniform(0.1, 0.4, shape)
+                        + 0.5 * rng.integers(0, 2, shape))
+
+
+def _signed(shape, low, high):
+    """Magnitudes in [low, high] with random signs."""
+    return lambda rng: rng.uniform(low, high, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def _quotient_pair(shape):
+    """(x, y) with x / y at least 0.1 from a whole number, y of either sign."""
+    def make(rng):
+        y = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+        return [_off_whole(shape)(rng) * y, y]
+    return make
+
+
+CASES.update({
+    "floor": [Case(lambda x: qb.floor(x) * x, _args(_off_whole((2, 3))))],
+    "ceil": [Case(lambda x: qb.ceil(x) * x, _args(_off_whole((2, 3))))],
+    "round": [
+        Case(lambda x: qb.round(x) * x, _args(_off_half((2, 3)))),
+        Case(lambda x: qb.round(x * 10.0, 1) + x, _args(_off_half((5,))), "decimals"),
+    ],
+    "remainder": [
+        Case(lambda x, y: x % y, _quotient_pair((2, 3))),
+        Case(lambda x: x % 1.5, _args(lambda rng: _off_whole((5,))(rng) * 1.5), "scalar"),
+        Case(lambda y: 5.3 % y, _args(lambda rng: 5.3 / _off_whole((5,), 2.0, 6.0)(rng)),
+             "rmod"),
+    ],
+    "floor_divide": [Case(lambda x, y: (x // y) * x + y, _quotient_pair((2, 3)))],
+    "tan": [Case(qb.tan, _args(_u((2, 3), -1.2, 1.2)))],
+    "asin": [Case(qb.arcsin, _args(_u((2, 3), -0.9, 0.9)))],
+    "acos": [Case(qb.arccos, _args(_u((2, 3), -0.9, 0.9)))],
+    "atan": [Case(qb.arctan, _args(_u((2, 3), -3, 3)))],
+    "atan2": [
+        Case(qb.arctan2, _args(_signed((2, 3), 0.2, 1.5), _u((2, 3), -1.5, 1.5))),
+        Case(lambda y: qb.arctan2(0.7, y), _args(_u((5,), -1.5, 1.5)), "scalar"),
+    ],
+    "sinh": [Case(qb.sinh, _args(_u((2, 3), -2, 2)))],
+    "cosh": [Case(qb.cosh, _args(_u((2, 3), -2, 2)))],
+    "asinh": [Case(qb.arcsinh, _args(_u((2, 3), -3, 3)))],
+    "acosh": [Case(qb.arccosh, _args(_u((2, 3), 1.2, 3.0)))],
+    "atanh": [Case(qb.arctanh, _args(_u((2, 3), -0.9, 0.9)))],
+    "log2": [Case(qb.log2, _args(_u((2, 3), 0.3, 3.0)))],
+    "log10": [Case(qb.log10, _args(_u((2, 3), 0.3, 3.0)))],
+    "exp2": [Case(qb.exp2, _args(_u((2, 3), -2, 2)))],
+    "cbrt": [Case(qb.cbrt, _args(_signed((2, 3), 0.3, 2.0)))],
+    "hypot": [Case(qb.hypot, _args(_signed((2, 3), 0.2, 2.0), _u((2, 3), -2, 2)))],
+    "erf": [Case(qb.special.erf, _args(_u((2, 3), -2, 2)))],
+    "erfc": [Case(qb.special.erfc, _args(_u((2, 3), -2, 2)))],
+    "erf_inv": [Case(qb.special.erfinv, _args(_u((2, 3), -0.9, 0.9)))],
+    "ndtri": [Case(qb.special.ndtri, _args(_u((2, 3), 0.05, 0.95)))],
+    "lgamma": [
+        Case(qb.special.gammaln, _args(_u((2, 3), 0.3, 4.0))),
+        Case(qb.special.gammaln, _args(_u((4,), -2.8, -2.2)), "negative"),
+    ],
+    "digamma": [
+        Case(qb.special.digamma, _args(_u((2, 3), 0.3, 4.0))),
+        Case(qb.special.digamma, _args(_u((4,), -1.8, -1.2)), "negative"),
+    ],
+    "polygamma": [
+        Case(lambda x: qb.special.polygamma(1, x), _args(_u((2, 3), 0.5, 3.0)), "trigamma"),
+        Case(lambda x: qb.special.polygamma(2, x), _args(_u((4,), -1.8, -1.2)),
+             "n=2 negative"),
+    ],
+    "xlogy": [Case(qb.special.xlogy, _args(_u((2, 3)), _u((2, 3), 0.3, 2.0)))],
+    "xlog1py": [Case(qb.special.xlog1py, _args(_u((2, 3)), _u((2, 3), -0.5, 2.0)))],
+})
+
+
+# -- gather and scatter (issue 24): index arrays, x.at[...] -----------------------------------
+
+def _index_values(shape, low, high):
+    """Index values k + 0.25 (rounded down to k: the traced convention), in [low, high): out
+    of range, negative and repeated ones among them."""
+    return lambda rng: rng.integers(low, high, shape) + 0.25
+
+
+def _apart(*shapes):
+    """Arrays of the given shapes whose values are all at least 0.05 apart (no ties between
+    x and the updates of min and max)."""
+    def make(rng):
+        values = _distinct((sum(int(np.prod(s)) for s in shapes),))(rng)
+        out, start = [], 0
+        for s in shapes:
+            size = int(np.prod(s))
+            out.append(values[start:start + size].reshape(s))
+            start += size
+        return out
+    return make
+
+
+def _with_indices(make, shape, n):
+    """``make``'s (x, v) with traced index values for an axis of ``n`` between them."""
+    def args(rng):
+        x, v = make(rng)
+        return [x, _index_values(shape, -n - 1, n + 2)(rng), v]
+    return args
+
+
+def _bind_scatter(mode, batch_dims=0):
+    return lambda x, i, v: qb_ops.bind("scatter", x, i, v, batch_dims=batch_dims, mode=mode)
+
+
+CASES.update({
+    "gather": [
+        Case(lambda x: x[qb.array([2.0, 0.0, 2.0, -1.0])], _args(_u((3, 2))), "rows"),
+        Case(lambda x: x[:, [[1, 0], [2, 1]]], _args(_u((2, 3))), "second axis"),
+        Case(lambda x: x[qb.array([0.0, 2.0, 2.0]), qb.array([[1.0], [-1.0]])],
+             _args(_u((3, 2, 2))), "two broadcast index arrays"),
+        Case(lambda x, i: qb_ops.bind("gather", x, i, batch_dims=1),
+             lambda rng: [_u((2, 4, 3))(rng), _index_values((2, 3), -6, 7)(rng)],
+             "traced indices, one batch axis"),
+    ],
+    "scatter": [
+        Case(lambda x, v: x.at[qb.array([1.0, 0.0, 1.0])].add(v), _args(_u((3, 2)), _u((3, 2))),
+             "add repeated rows"),
+        Case(lambda x, v: x.at[[2, 0, 2]].set(v), _args(_u((3, 2)), _u((3, 2))),
+             "set repeated rows"),
+        Case(lambda x, v: x.at[:, [2, 0]].multiply(v), _args(_u((2, 3)), _u((2, 2))), "mul"),
+        Case(lambda x, v: x.at[[1, 0, 1]].min(v), _apart((3, 2), (3, 2)), "min repeated rows"),
+        Case(lambda x, v: x.at[[1, 0, 1]].max(v), _apart((3, 2), (3, 2)), "max repeated rows"),
+        Case(_bind_scatter("add", 1),
+             lambda rng: [_u((2, 3, 2))(rng), _index_values((2, 4), -4, 5)(rng), _u((2, 4, 2))(rng)],
+             "traced indices add"),
+        Case(_bind_scatter("set"),
+             lambda rng: [_u((4, 2))(rng), _index_values((3,), -5, 6)(rng), _u((3, 2))(rng)],
+             "traced indices set"),
+        Case(_bind_scatter("max", 1), _with_indices(_apart((2, 4), (2, 3)), (2, 3), 4),
+             "traced indices max"),
+    ],
+})
 
 # Regions (multi-result primitives: cond, scan, while) and solvers (primitives with an
 # ``expand`` rule) have files of their own: tests/test_control_autodiff.py,
@@ -237,6 +387,7 @@ NONDIFF_CASES = {
     "and": lambda x, y: (x > 0.0) & (y > 0.0), "or": lambda x, y: (x > 0.0) | (y > 0.0),
     "not": lambda x, y: ~(x > y), "stop_gradient": lambda x, y: qb.stop_gradient(x * y),
     "reduce_or": lambda x, y: qb.any(x > y, axis=1), "reduce_and": lambda x, y: qb.all(x > y, axis=0),
+    "isinf": lambda x, y: qb.isinf(x / qb.maximum(y, 0.0)),
 }
 
 

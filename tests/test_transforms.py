@@ -705,7 +705,7 @@ def test_python_control_flow_on_a_tracer_raises_the_spec_message():
     ("np.asarray", lambda x: np.asarray(x)),
     ("np.array", lambda x: np.array(x)),
     ("index", lambda x: [1.0, 2.0][x]),
-    ("qb.array", lambda x: qb.array(x)),
+    ("qb.Tensor", lambda x: qb.Tensor(x)),
     ("ufunc", lambda x: np.sin(x)),
 ])
 @pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])

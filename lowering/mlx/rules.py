@@ -99,7 +99,71 @@ def _dynamic_update_add(ctx, x, i, v):
     return mx.where(_one_row(x, i), x + mx.expand_dims(v, i.ndim), x)
 
 
-_STRUCTURAL.update(dynamic_index=_dynamic_index, dynamic_update_add=_dynamic_update_add)
+def _sort(ctx, x):
+    """``sort``: ``mx.argsort`` of the key rows, then equal keys (NaN equal to NaN) put back
+    in their order of position by a second argsort of (run of equal keys, position), whose
+    keys are distinct: stable, as the reference, whatever MLX's own sort guarantees."""
+    n = x.shape[-1]
+    if n <= 1:
+        return x
+    key = x[..., 0, :]
+    p = mx.argsort(key, axis=-1)
+    k = mx.take_along_axis(key, p, axis=-1)
+    a, b = k[..., 1:], k[..., :-1]
+    new = (a != b) & ~(mx.isnan(a) & mx.isnan(b))
+    wide = mx.int64 if n * n >= 2 ** 31 else mx.int32
+    run = mx.cumsum(new.astype(wide), axis=-1)
+    run = mx.concatenate([mx.zeros(run.shape[:-1] + (1,), wide), run], axis=-1)
+    p = mx.take_along_axis(p, mx.argsort(run * n + p.astype(wide), axis=-1), axis=-1)
+    return mx.take_along_axis(x, mx.broadcast_to(mx.expand_dims(p, -2), x.shape), axis=-1)
+
+
+_STRUCTURAL.update(dynamic_index=_dynamic_index, dynamic_update_add=_dynamic_update_add,
+                   sort=_sort)
+
+
+def _flat_rows(x, i, b):
+    """The rows of ``x`` reshaped to (prod(B) * n, *rest) that ``i`` selects (int32, C order
+    of (*B, *S)), clamped as the reference does."""
+    n = x.shape[b]
+    lead = 1
+    for d in x.shape[:b]:
+        lead *= d
+    rows = _row(i, n).reshape(lead, -1)
+    if b:
+        rows = rows + (mx.arange(lead, dtype=mx.int32) * n)[:, None]
+    return rows.reshape(-1)
+
+
+def _gather(ctx, x, i, *, batch_dims):
+    rest = tuple(x.shape[batch_dims + 1:])
+    flat = x.reshape((-1,) + rest)
+    return mx.take(flat, _flat_rows(x, i, batch_dims), axis=0).reshape(tuple(i.shape) + rest)
+
+
+_SCATTER = {"add": "add", "mul": "multiply", "min": "minimum", "max": "maximum"}
+
+
+def _scatter(ctx, x, i, v, *, batch_dims, mode):
+    """``.at[rows]`` updates (repeated rows combine). ``set`` is made deterministic: each
+    row takes the update with the largest position among those hitting it (the last, as the
+    reference), found by a scatter-maximum of the positions."""
+    rest = tuple(x.shape[batch_dims + 1:])
+    flat = x.reshape((-1,) + rest)
+    rows = _flat_rows(x, i, batch_dims)
+    values = v.reshape((-1,) + rest)
+    if mode == "set":
+        ids = mx.arange(1, rows.size + 1, dtype=mx.int32)
+        last = mx.zeros((flat.shape[0],), dtype=mx.int32).at[rows].maximum(ids)
+        picked = mx.take(values, mx.maximum(last - 1, 0), axis=0)
+        hit = (last > 0).reshape((-1,) + (1,) * len(rest))
+        out = mx.where(hit, picked, flat)
+    else:
+        out = getattr(flat.at[rows], _SCATTER[mode])(values)
+    return out.reshape(x.shape)
+
+
+_STRUCTURAL.update(gather=_gather, scatter=_scatter)
 
 
 _REDUCTIONS = {
@@ -176,7 +240,12 @@ def _cond(ctx, pred, *operands, true_fun, false_fun):
     return [mx.where(pred, t, f) for t, f in zip(taken, other)]
 
 
-_REGIONS = {"scan": _scan, "while": _while, "cond": _cond}
+def _remat(ctx, *operands, fun):
+    """Traced into the program (MLX's compiler may merge the recomputation back)."""
+    return (ctx.function if ctx.loops(fun) else ctx.inline)(fun)(*operands)
+
+
+_REGIONS = {"scan": _scan, "while": _while, "cond": _cond, "remat": _remat}
 
 RULES = {**_SELECT, **_STRUCTURAL, **_REDUCTIONS, **_LINALG, **_REGIONS}
 

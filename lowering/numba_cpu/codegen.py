@@ -32,7 +32,7 @@ __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", 
 
 FUNCTION_NAME = "quabla_entry"
 # the array kernels (kernels.py) the entry may call on carray views
-KERNELS = ("_matmul", "_solve", "_cholesky", "_triangular_solve")
+KERNELS = ("_matmul", "_solve", "_cholesky", "_triangular_solve", "_sort")
 
 
 def lowers(op):

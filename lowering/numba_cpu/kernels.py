@@ -8,7 +8,7 @@ import numba.np.arrayobj  # noqa: F401 - the implementation of arrays and carray
 from .. import matrix_kernels
 from .target import kernel
 
-__all__ = ["_matmul", "_solve", "_cholesky", "_triangular_solve"]
+__all__ = ["_matmul", "_solve", "_cholesky", "_triangular_solve", "_sort"]
 
 
 # -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and
@@ -51,3 +51,4 @@ def _matmul(a, b, out):
 _solve = kernel(matrix_kernels.solve)
 _cholesky = kernel(matrix_kernels.cholesky)
 _triangular_solve = kernel(matrix_kernels.triangular_solve)
+_sort = kernel(matrix_kernels.sort)

@@ -1,5 +1,5 @@
 """Lowerings of the control-flow regions: real ``for`` loops (``scan``, down for ``reverse``),
-``while True: ... break`` and ``if``/``else`` around their sub-graphs, emitted once by a child
+``while True: ... break``, ``if``/``else`` and ``remat``'s block around their sub-graphs, emitted once by a child
 emitter (``Emitter.sub_graph``) whose scratch becomes one block of the parent's. Scalar carries
 are locals; an array carry is two slots swapped every iteration, or one updated in place."""
 
@@ -109,20 +109,38 @@ def while_loop(e, node, out, args, cond_fun, body, n_carry):
     e.region_results[nid] = current
 
 
-def cond(e, node, out, args, true_fun, false_fun):
-    """``if``/``else``; both branches store their results to the same variables."""
-    nid = node_id(out)
+def result_targets(e, nid, graph):
+    """The variables region ``nid`` stores the results of ``graph`` to: a buffer for an
+    array, a local for a 0-d value."""
     gets, targets = e.results_of(nid), []
-    for k, o in enumerate(true_fun.outputs):
-        r, var = true_fun.nodes[o], f"q{nid}_{k}"
+    for k, o in enumerate(graph.outputs):
+        r, var = graph.nodes[o], f"q{nid}_{k}"
         if r.shape != ():
             region_array(e, var, gets.get(k, ()), r.shape, r.dtype)
         targets.append(var)
+    return targets
+
+
+def cond(e, node, out, args, true_fun, false_fun):
+    """``if``/``else``; both branches store their results to the same variables."""
+    nid = node_id(out)
+    targets = result_targets(e, nid, true_fun)
     e.emit(Block(f"if {args[0]}:"))
     yes = e.sub_graph(true_fun, args[1:], targets)
     e.emit(Block("else:"))
     no = e.sub_graph(false_fun, args[1:], targets)
     e.place_blocks([yes, no])
+    e.region_results[nid] = targets
+
+
+def remat(e, node, out, args, fun):
+    """The sub-graph in place, in a block of its own (a loop of one step, rendered as its
+    body): its intermediates live in the block's scratch, apart from the graph around it."""
+    nid = node_id(out)
+    targets = result_targets(e, nid, fun)
+    e.loop(f"k{nid}", 1)
+    child = e.sub_graph(fun, args, targets)
+    e.place_blocks([child])
     e.region_results[nid] = targets
 
 
@@ -135,4 +153,4 @@ def get(e, node, out, args, index):
         e.view(out, var, node_id(out))
 
 
-register({"scan": scan, "while": while_loop, "cond": cond, "get": get})
+register({"scan": scan, "while": while_loop, "cond": cond, "remat": remat, "get": get})

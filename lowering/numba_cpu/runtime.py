@@ -13,7 +13,10 @@ from numba.core import cgutils
 from numba.core.imputils import lower_builtin
 from numba.extending import intrinsic
 
+from quabla.core import special_functions as _special
+
 from ..native import ARRAY_DATA, TUPLE_ITEMS, blas_symbols
+from .target import kernel as _kernel
 
 # -- scalar helpers as LLVM IR: a call is a few instructions, where a Python helper that Numba
 #    inlined cost a translation of its bytecode and its untyped passes at every call site (~4 ms
@@ -470,9 +473,126 @@ def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
     return types.none(a, b, out, m, k, n, ta, tb), codegen
 
 
+# -- the elementwise math of issue 24 --
+
+@_float_helper
+def _floor(builder, x):
+    """``math.floor(x)`` as a float (NaN, infinities and the sign of a zero kept)"""
+    return _intrinsic_call(builder, "llvm.floor", x)
+
+
+@_float_helper
+def _ceil(builder, x):
+    """``math.ceil(x)`` as a float (NaN, infinities and the sign of a zero kept)"""
+    return _intrinsic_call(builder, "llvm.ceil", x)
+
+
+@_float_helper
+def _round(builder, x):
+    """``x`` rounded to a whole number, halves to even (``np.round``)"""
+    return _intrinsic_call(builder, "llvm.rint", x)
+
+
+@_float_helper
+def _log2(builder, x):
+    """``math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    return _logarithm(builder, x, 0.0, _intrinsic_call(builder, "llvm.log2", x))
+
+
+@_float_helper
+def _log10(builder, x):
+    """``math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    return _logarithm(builder, x, 0.0, _intrinsic_call(builder, "llvm.log10", x))
+
+
+@_float_helper
+def _cbrt(builder, x):
+    """libm's ``cbrt(x)``, as ``np.cbrt``"""
+    return _libm_call(builder, "cbrt", x)
+
+
+def _pair_helper(build):
+    """An intrinsic of two floats (unified to one type) that ``build(builder, x, y)`` emits;
+    its result is rounded to that type."""
+    def typer(typingctx, x, y):
+        out = typingctx.unify_pairs(x, y)
+        if not isinstance(out, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, b = (context.cast(builder, v, t, out) for v, t in zip(args, sig.args))
+            value = build(builder, a, b)
+            return value if value.type == a.type else builder.fptrunc(value, a.type)
+        return out(x, y), codegen
+    typer.__name__, typer.__doc__ = build.__name__, build.__doc__
+    return intrinsic(typer)
+
+
+def _times_unless_zero(builder, x, value):
+    """``0.0 if x == 0 else x * value`` (``value`` a double)"""
+    product = builder.fmul(_widened(builder, x), value)
+    return builder.select(builder.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)),
+                          _double(0.0), product)
+
+
+@_pair_helper
+def _xlogy(builder, x, y):
+    """``0.0 if x == 0 else x * _log(y)``"""
+    return _times_unless_zero(
+        builder, x, _logarithm(builder, y, 0.0, _intrinsic_call(builder, "llvm.log", y)))
+
+
+@_pair_helper
+def _xlog1py(builder, x, y):
+    """``0.0 if x == 0 else x * _log1p(y)``"""
+    return _times_unless_zero(
+        builder, x, _logarithm(builder, y, -1.0, _libm_call(builder, "log1p", y)))
+
+
+# The special functions without a libm or LLVM form: the scalar algorithms of
+# quabla/core/special_functions.py, compiled as functions of the entries' target (cached on
+# disk) the first time an entry calls one, in float64, rounded to the argument's type.
+
+@intrinsic
+def _rounded_like(typingctx, x, value):
+    """``value`` converted to the type of ``x``."""
+    if not isinstance(x, types.Float) or not isinstance(value, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return context.cast(builder, args[1], value, x)
+    return x(x, value), codegen
+
+
+_digamma64 = _kernel(_special.digamma)
+_polygamma64 = _kernel(_special.polygamma)
+_quantile64 = _kernel(_special.quantile)
+
+
+@_kernel
+def _digamma(x):
+    return _rounded_like(x, _digamma64(_cast_float64(x)))
+
+
+@_kernel
+def _polygamma(n, x):
+    return _rounded_like(x, _polygamma64(n, _cast_float64(x)))
+
+
+@_kernel
+def _erf_inv(x):
+    return _rounded_like(x, _quantile64(_cast_float64(x), 1))
+
+
+@_kernel
+def _ndtri(x):
+    return _rounded_like(x, _quantile64(_cast_float64(x), 0))
+
+
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
            and name not in ("_float_helper", "_double", "_widened", "_intrinsic_call",
                             "_libm_call", "_negated", "_positive_part", "_extremum",
                             "_byte_pointer", "_itemsize", "_logarithm", "_field", "_TANH",
                             "_tanh_function", "_exp_0_45",
-                            "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool")]
+                            "_cast_to", "_BOOL_POINTER", "_load_bool", "_store_bool",
+                            "_pair_helper", "_times_unless_zero", "_kernel", "_special")]

@@ -1,8 +1,10 @@
 """Lowerings of the whole-array structural ops: reshape (a view), pad and concatenate (loops),
-``dynamic_index`` and ``dynamic_update_add`` (a row read or updated in place where it can)."""
+``dynamic_index`` and ``dynamic_update_add`` (a row read or updated in place where it can),
+``sort`` (the runtime's merge sort per matrix)."""
 
 import math
 
+from .linalg import stacked
 from .source import node_id
 from .table import register
 
@@ -99,5 +101,66 @@ def dynamic_update_add(e, node, out, args):
             + (e.at(args[2], bi + rest) if v.shape != () else args[2]))
 
 
+def sort(e, node, out, args):
+    """``sort`` of each (m, n) matrix of the stack: the merge sort of the runtime's ``_sort``
+    (lowering/matrix_kernels.py) in two float64 workspaces of n column numbers."""
+    m, n = node.shape[-2:]
+    stacked(e, "_sort", node, out, args, [(m, n), (m, n)],
+            [(f"t{out}p", (n,)), (f"t{out}q", (n,))])
+
+
 register({"reshape": reshape, "pad": pad, "concatenate": concatenate,
-          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add})
+          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add,
+          "sort": sort})
+
+
+# -- gather / scatter (quabla/core/rules/gather.py) -------------------------------------------
+
+def gather(e, node, out, args, batch_dims):
+    """``x[b, j, r]`` for each batch and index entry ``(b, s)``, ``j`` the clamped row of
+    ``idx[b, s]`` (``_clamp_index``, once per entry), then each element ``r`` of the row."""
+    x, i = (e.nodes[o] for o in node.operands)
+    n, k = x.shape[batch_dims], len(i.shape)
+    if node.shape == ():
+        e.assign(out, f"{args[0]}[_clamp_index({args[1]}, {n})]")
+        return
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    per_row(e, node_id(out), node.shape, k, args[1], n, lambda bs, j, rest:
+            f"{e.at(out, bs + rest)} = {e.at(args[0], bs[:batch_dims] + [j] + rest)}")
+
+
+_COMBINE = {"add": "{old} + {new}", "set": "{new}", "mul": "{old} * {new}",
+            "min": "_min({old}, {new})", "max": "_max({old}, {new})"}
+
+
+def scatter(e, node, out, args, batch_dims, mode):
+    """``x`` with each update combined into its clamped row, one after another in the C order
+    of the index entries (so repeated rows add up in order, and the last ``set`` wins). The
+    updates go into ``x``'s own buffer when it is dead after this statement and neither the
+    indices nor the updates alias it (as ``dynamic_update_add``), else into a copy."""
+    x, i, v = (e.nodes[o] for o in node.operands)
+    nid = node_id(out)
+    k = e.results.get(nid)
+    root = e.root.get(args[0])
+    if k is not None and e.result_of.get(args[0]) == k:
+        e.alloc(out, node.shape, node.dtype, result=nid)
+    elif (k is None and root is not None and e.plan.expiry(root) <= e.now
+          and all(e.root.get(a) != root for a in args[1:])):
+        e.assign(out, args[0])
+        e.shapes[out] = tuple(node.shape)
+        if args[0] in e.slot_of:
+            e.slot_of[out] = e.slot_of[args[0]]
+        e.view(out, args[0], nid)
+    else:
+        e.alloc(out, node.shape, node.dtype, result=nid)
+        e.copy(out, args[0], node.shape)
+    b = batch_dims
+
+    def statement(bs, j, rest):
+        target = e.at(out, bs[:b] + [j] + rest)
+        new = e.at(args[2], bs + rest) if v.shape != () else args[2]
+        return f"{target} = " + _COMBINE[mode].format(old=target, new=new)
+    per_row(e, nid, v.shape, len(i.shape), args[1], x.shape[b], statement)
+
+
+register({"gather": gather, "scatter": scatter})

@@ -4,14 +4,9 @@
 ``regions.py``); fused ops (elementwise, index maps, reductions) are loop nests of
 ``groups.py`` instead, by their ``Primitive.kind``. ``codegen.check_supported`` reads both."""
 
+from ..loopnest.table import LoweringTable
+
 __all__ = ["LOWERINGS", "register"]
 
-LOWERINGS = {}
-
-
-def register(entries):
-    """Add ``{op name: lowering}`` entries; an op is lowered one way only."""
-    for op, fn in entries.items():
-        if op in LOWERINGS:
-            raise ValueError(f"the CPU lowering of {op!r} is registered twice")
-        LOWERINGS[op] = fn
+LOWERINGS = LoweringTable("CPU")
+register = LOWERINGS.register

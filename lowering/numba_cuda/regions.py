@@ -54,6 +54,14 @@ def cond(e, node, nid, true_fun, false_fun):
     copy_into(e, results, [f"r[{k}]" for k in range(len(results))])
 
 
+def remat(e, node, nid, fun):
+    """The sub-graph as a host function of its own, called once."""
+    results = region_results(e, node, nid)
+    args = ", ".join(e.value(o) for o in node.operands)
+    e.host_block([f"r = {sub_program(e, fun)}(w, c, {args})"])
+    copy_into(e, results, [f"r[{k}]" for k in range(len(results))])
+
+
 def scan(e, node, nid, body, length, lower, reverse, n_carry):
     results = region_results(e, node, nid)
     operands = [e.value(o) for o in node.operands]
@@ -155,8 +163,8 @@ def fused_loop(e, carries, loop, locals_, test, result_arrays):
 def result_avals(node):
     """(shape, dtype name) of each result of a region node."""
     params = dict(node.params)
-    if node.op == "cond":
-        graph = params["true_fun"]
+    if node.op in ("cond", "remat"):
+        graph = params["true_fun" if node.op == "cond" else "fun"]
         return [(graph.nodes[o].shape, graph.nodes[o].dtype.name) for o in graph.outputs]
     body = params["body"]
     n = params["n_carry"]
@@ -219,4 +227,4 @@ def test_then_step(cond_fun, body):
     return Graph(nodes, body.inputs, body.outputs), at[cond_fun.outputs[0]]
 
 
-register({"get": get, "cond": cond, "scan": scan, "while": while_loop})
+register({"get": get, "cond": cond, "remat": remat, "scan": scan, "while": while_loop})

@@ -16,7 +16,7 @@ from .. import matrix_kernels
 
 __all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
            "_integer_pow", "_pow", "_max", "_min", "_cast_float64", "_cast_float32",
-           "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve"]
+           "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve", "_sort"]
 
 _device = cuda.jit(device=True, inline=True)
 
@@ -122,3 +122,87 @@ def _row(i, n):
 _solve = _device(matrix_kernels.solve)
 _cholesky = _device(matrix_kernels.cholesky)
 _triangular_solve = _device(matrix_kernels.triangular_solve)
+_sort = _device(matrix_kernels.sort)  # one (m, n) matrix of a sort per thread
+
+
+# -- the elementwise math of issue 24 (the same conventions as the CPU's helpers; as Python
+#    under the simulator, so no branch calls math on a value outside its domain) -----------
+
+from quabla.core import special_functions as _special  # noqa: E402
+
+__all__ += ["_floor", "_ceil", "_round", "_log2", "_log10", "_cbrt", "_xlogy", "_xlog1py",
+            "_digamma", "_polygamma", "_erf_inv", "_ndtri"]
+
+_WHOLE = 4503599627370496.0  # 2**52: every float at least this large is a whole number
+
+
+@_device
+def _floor(x):
+    if not abs(x) < _WHOLE:  # NaN, infinities and whole numbers are their own floor
+        return x
+    return math.copysign(float(math.floor(x)), x)  # floor(-0.5) is -1, floor(-0.0) -0.0
+
+
+@_device
+def _ceil(x):
+    if not abs(x) < _WHOLE:
+        return x
+    return math.copysign(float(math.ceil(x)), x)  # ceil(-0.5) is -0.0, as NumPy's
+
+
+@_device
+def _round(x):
+    """Halves to even, as np.round."""
+    if not abs(x) < _WHOLE:
+        return x
+    f = float(math.floor(x))
+    d = x - f  # exact
+    if d > 0.5 or (d == 0.5 and f - 2.0 * float(math.floor(0.5 * f)) != 0.0):
+        f += 1.0
+    return math.copysign(f, x)
+
+
+@_device
+def _log2(x):
+    return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+@_device
+def _log10(x):
+    return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+@_device
+def _cbrt(x):
+    """|x| ** (1/3) and one Newton step, with the sign of x (0, infinities and NaN kept)."""
+    if x == 0 or not abs(x) < math.inf:
+        return x
+    a = abs(x)
+    y = a ** (1.0 / 3.0)
+    y = y - (y * y * y - a) / (3.0 * y * y)
+    return math.copysign(y, x)
+
+
+@_device
+def _xlogy(x, y):
+    return 0.0 if x == 0 else x * _log(y)
+
+
+@_device
+def _xlog1py(x, y):
+    return 0.0 if x == 0 else x * _log1p(y)
+
+
+_digamma = _device(_special.digamma)
+_polygamma = _device(_special.polygamma)
+_quantile = _device(_special.quantile)
+
+
+@_device
+def _erf_inv(x):
+    return _quantile(x, 1)
+
+
+@_device
+def _ndtri(x):
+    return _quantile(x, 0)

@@ -4,14 +4,9 @@ fill it (``structural.py``, ``linalg.py``, ``regions.py``); fused ops (elementwi
 reductions) are kernels of ``groups.py`` instead, by their ``Primitive.kind``.
 ``codegen.check_supported`` reads both."""
 
+from ..loopnest.table import LoweringTable
+
 __all__ = ["LOWERINGS", "register"]
 
-LOWERINGS = {}
-
-
-def register(entries):
-    """Add ``{op name: lowering}`` entries; an op is lowered one way only."""
-    for op, fn in entries.items():
-        if op in LOWERINGS:
-            raise ValueError(f"the CUDA lowering of {op!r} is registered twice")
-        LOWERINGS[op] = fn
+LOWERINGS = LoweringTable("CUDA")
+register = LOWERINGS.register

@@ -16,7 +16,7 @@ captures, unused by the other). A node with several results: one ``get`` per res
   the same operands into one.
 
 Lowering: ``cond`` in ``lowering/numba_cpu/regions.py`` (an ``if``/``else`` around the
-branches), ``op_cond`` in ``lowering/numba_cuda/codegen.py``, ``_cond`` in
+branches), ``cond`` in ``lowering/numba_cuda/regions.py``, ``_cond`` in
 ``lowering/mlx/rules.py``.
 """
 

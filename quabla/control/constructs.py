@@ -1,4 +1,5 @@
-"""The control-flow functions users call: ``cond``, ``fori_loop``, ``scan``, ``while_loop``.
+"""The control-flow functions users call: ``cond``, ``switch``, ``fori_loop``, ``scan``,
+``while_loop``.
 
 Each traces its bodies (``regions.trace_body``), checks that carries keep their structure,
 shapes and dtypes and that branches agree, hoists loop-invariant work out of loop bodies and
@@ -16,7 +17,7 @@ from ..transforms.inline import inline
 from .regions import as_leaf, aval, avals, aval_texts, hoist, trace_body, with_inputs
 from .scan import INDEX_DTYPE
 
-__all__ = ["cond", "fori_loop", "scan", "while_loop"]
+__all__ = ["cond", "switch", "fori_loop", "scan", "while_loop"]
 
 
 def _leaves(value, what):
@@ -55,6 +56,37 @@ def cond(pred, true_fun, false_fun, *operands):
     outs = bind("cond", pred, *leaves, *t.captures, *f.captures,
                 true_fun=true_graph, false_fun=false_graph)
     return t.out_tree.unflatten(outs)
+
+
+def switch(index, branches, *operands):
+    """``branches[index](*operands)``, the index clamped to the branches (JAX's
+    ``lax.switch``). A concrete index calls one branch (one that is not a whole number is a
+    ``TypeError``, as any index); a traced one becomes ``cond`` regions halving the branches
+    at each level, and a fractional traced index is rounded down, as in indexing."""
+    branches = list(branches)
+    if not branches:
+        raise ValueError("switch needs at least one branch")
+    index = as_leaf(index, "switch's index")
+    if index.shape != ():
+        raise TypeError(f"switch: the index must be a scalar, got shape {list(index.shape)}")
+    if not isinstance(index, TraceTensor):
+        value = float(np.asarray(index.value))
+        if not value.is_integer():
+            raise TypeError(f"switch: the index {value} is not a whole number")
+        return branches[min(max(int(value), 0), len(branches) - 1)](*operands)
+    if index.dtype is _dt.bool_:
+        index = ops.astype(index, _dt.float64)
+    return _switch(index, branches, 0, operands)
+
+
+def _switch(index, branches, first, operands):
+    """The branch of ``index`` among ``branches`` (numbered from ``first``)."""
+    if len(branches) == 1:
+        return branches[0](*operands)
+    half = len(branches) // 2
+    return cond(ops.less(index, first + half),
+                lambda *o: _switch(index, branches[:half], first, o),
+                lambda *o: _switch(index, branches[half:], first + half, o), *operands)
 
 
 def _agree(branches, true_fun, false_fun, args):

@@ -29,7 +29,7 @@ scalar (``INDEX_DTYPE``: Quabla has no integer dtype).
   carries into one stacking the ys of all.
 
 Lowering: ``scan`` in ``lowering/numba_cpu/regions.py`` (a ``for`` loop, down for
-``reverse``), ``op_scan`` in ``lowering/numba_cuda/codegen.py``, ``_scan`` in
+``reverse``), ``scan`` in ``lowering/numba_cuda/regions.py``, ``_scan`` in
 ``lowering/mlx/rules.py``.
 """
 

@@ -18,7 +18,7 @@ the final carry.
   drops unread constants. (Equal ``while`` regions are plain CSE.)
 
 Lowering: ``while_loop`` in ``lowering/numba_cpu/regions.py`` (``while True: ... break``),
-``op_while`` in ``lowering/numba_cuda/codegen.py``, ``_while`` in ``lowering/mlx/rules.py``.
+``while_loop`` in ``lowering/numba_cuda/regions.py``, ``_while`` in ``lowering/mlx/rules.py``.
 """
 
 from .. import dtypes as _dt

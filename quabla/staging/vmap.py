@@ -4,6 +4,7 @@
 import numbers
 
 from .. import ops, tree
+from ..array import as_index
 from ..core.rewrite import simplify
 from ..core.tracing import TraceFrame, trace_frame
 from ..transforms import batch_graph, inline
@@ -15,9 +16,10 @@ __all__ = ["Vmap", "staged_vmap"]
 
 
 class Vmap(Transform):
-    def __init__(self, in_axes, out_axes):
+    def __init__(self, in_axes, out_axes, axis_size=None):
         self.in_axes = in_axes
         self.out_axes = out_axes
+        self.axis_size = axis_size
 
     def name(self, inner):
         return f"vmap({inner})"
@@ -37,7 +39,7 @@ class Vmap(Transform):
         full = treedef.unflatten(template)
         prefix = in_axes if isinstance(in_axes, tuple) else (in_axes,) * n_args
         axes = tree.broadcast_prefix(prefix, full, is_leaf=lambda x: x is None)
-        size = None
+        size = self.axis_size
         example = []
         mapped = []
         for leaf, axis in zip(template, axes):
@@ -60,13 +62,15 @@ class Vmap(Transform):
             if size is None:
                 size = n
             elif n != size:
+                given = " (axis_size)" if size == self.axis_size else ""
                 raise ValueError(
-                    f"vmap got inconsistent sizes for the mapped axes: {size} and {n}"
+                    f"vmap got inconsistent sizes for the mapped axes: {size}{given} and {n}"
                 )
             example.append(Aval(leaf.shape[:axis] + leaf.shape[axis + 1:], leaf.dtype, leaf.weak))
             mapped.append(axis)
         if size is None:
-            raise ValueError("vmap needs at least one mapped argument (in_axes are all None)")
+            raise ValueError("vmap needs at least one mapped argument (in_axes are all None) "
+                             "or axis_size")
         return example, mapped, size
 
     def stage(self, traced, treedef, template):
@@ -111,15 +115,20 @@ class Vmap(Transform):
         return simplify(graph), out_tree.unflatten
 
 
-def staged_vmap(fun, in_axes, out_axes):
+def staged_vmap(fun, in_axes, out_axes, axis_size=None):
     """``vmap`` of ``fun`` as a Staged, sharing its caches where the axes are hashable."""
-    return Staged(fun, Vmap(in_axes, out_axes), config=_vmap_config(in_axes, out_axes))
+    if axis_size is not None:
+        axis_size = as_index(axis_size)
+        if axis_size < 0:
+            raise ValueError(f"vmap: axis_size must be nonnegative, got {axis_size}")
+    return Staged(fun, Vmap(in_axes, out_axes, axis_size),
+                  config=_vmap_config(in_axes, out_axes, axis_size))
 
 
-def _vmap_config(in_axes, out_axes):
+def _vmap_config(in_axes, out_axes, axis_size):
     """A hashable key of the in_axes/out_axes prefix trees, or None (then nothing is shared)."""
     try:
-        key = ("vmap",) + tuple(
+        key = ("vmap", axis_size) + tuple(
             (type(axes), tuple(leaves), treedef)
             for axes in (in_axes, out_axes) for leaves, treedef in [tree.flatten(axes)]
         )

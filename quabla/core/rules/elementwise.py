@@ -6,6 +6,7 @@ partial derivatives.
 """
 
 import functools
+import math
 import pathlib
 
 import numpy as np
@@ -13,6 +14,7 @@ import yaml
 
 from ... import dtypes as _dt
 from ... import ops
+from .. import special_functions as _sf
 from ..primitives import Primitive, Zero, is_zero, register
 
 TABLE_PATH = pathlib.Path(__file__).resolve().parent.parent / "elementwise.yaml"
@@ -52,8 +54,56 @@ def _integer_pow(x, n):
     return power_by_squaring(np.ones_like(x), x, n)
 
 
-NUMPY_NAMESPACE = {"np": np, "_logistic": _logistic, "_relu": _relu, "_softplus": _softplus,
-                   "_integer_pow": _integer_pow}
+def _in_float64(fn):
+    """``fn`` (of float64 arrays) run in float64 and rounded to the operands' dtype, as the
+    back ends' scalar helpers compute; NumPy's warnings are silenced (NaN and inf are values)."""
+    def apply(*xs):
+        dtype = np.result_type(*xs)
+        with np.errstate(all="ignore"):
+            out = fn(*(np.asarray(x, dtype=np.float64) for x in xs))
+        return np.asarray(out, dtype=np.float64).astype(dtype)
+    apply.__name__ = fn.__name__
+    return apply
+
+
+def _vectorized(scalar):
+    """A ``math`` function of one float applied to each element of a float64 array."""
+    ufunc = np.frompyfunc(scalar, 1, 1)
+    return lambda x: np.asarray(ufunc(x), dtype=np.float64)
+
+
+def _lgamma_scalar(x):
+    try:
+        return math.lgamma(x)
+    except ValueError:  # Python raises at the poles 0, -1, -2, ..., where libm gives +inf
+        return math.inf
+
+
+_erf_float64 = _vectorized(math.erf)
+_erfc_float64 = _vectorized(math.erfc)
+
+
+def _xlogy(x, y):
+    with np.errstate(all="ignore"):
+        return np.where(x == 0, np.zeros_like(x), x * np.log(y))
+
+
+def _xlog1py(x, y):
+    with np.errstate(all="ignore"):
+        return np.where(x == 0, np.zeros_like(x), x * np.log1p(y))
+
+
+NUMPY_NAMESPACE = {
+    "np": np, "_logistic": _logistic, "_relu": _relu, "_softplus": _softplus,
+    "_integer_pow": _integer_pow, "_xlogy": _xlogy, "_xlog1py": _xlog1py,
+    "_erf": _in_float64(_erf_float64),
+    "_erfc": _in_float64(_erfc_float64),
+    "_lgamma": _in_float64(_vectorized(_lgamma_scalar)),
+    "_digamma": _in_float64(lambda x: _sf.digamma_array(x, np)),
+    "_polygamma": lambda x, n: _in_float64(lambda v: _sf.polygamma_array(n, v, np))(x),
+    "_erf_inv": _in_float64(lambda x: _sf.erfinv_array(x, np, _erf_float64, _erfc_float64)),
+    "_ndtri": _in_float64(lambda x: _sf.ndtri_array(x, np, _erf_float64, _erfc_float64)),
+}
 
 
 # -- derivative helpers named by the partials ------------------------------------------------
@@ -84,6 +134,27 @@ def pow_exponent_partial(x, y, out):
     return ops.where(nonpositive, 0.0, out * ops.log(safe_x))
 
 
+def hypot_partial(x, out):
+    """x / hypot(x, y), with the zero subgradient at the origin (as norm's there)."""
+    zero = ops.equal(out, 0.0)
+    return ops.where(zero, 0.0, ops.divide(x, ops.where(zero, 1.0, out)))
+
+
+def _bind(op, x, **params):
+    from ..tracing import bind
+
+    return bind(op, x, **params)
+
+
+def digamma(x):
+    return _bind("digamma", x)
+
+
+def polygamma_of(x, n):
+    """polygamma(n, x): the derivative of digamma and of each polygamma."""
+    return _bind("polygamma", x, n=n)
+
+
 PARTIALS_NAMESPACE = {
     name: getattr(ops, name) for name in ops.__all__
 }
@@ -92,6 +163,9 @@ PARTIALS_NAMESPACE.update(
     sqrt_partial=sqrt_partial,
     pow_base_partial=pow_base_partial,
     pow_exponent_partial=pow_exponent_partial,
+    hypot_partial=hypot_partial,
+    digamma=digamma,
+    polygamma_of=polygamma_of,
 )
 
 
