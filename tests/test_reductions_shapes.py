@@ -202,9 +202,18 @@ def _namespace(module, **names):
                                        if not n.startswith("__")}, **names})
 
 
+def _np_logsumexp(a, axis=None, b=None, keepdims=False):
+    """The NumPy reference of ``logsumexp`` (SciPy is not a test dependency)."""
+    a = np.asarray(a, dtype=np.float64)
+    weights = np.ones_like(a) if b is None else np.broadcast_to(np.asarray(b, np.float64), a.shape)
+    top = np.max(a, axis=axis, keepdims=True)
+    total = np.sum(weights * np.exp(a - top), axis=axis, keepdims=True)
+    out = np.log(total) + top
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
 def _numpy():
-    from scipy.special import logsumexp
-    return _namespace(np, logsumexp=logsumexp)
+    return _namespace(np, logsumexp=_np_logsumexp)
 
 
 def _jax():
