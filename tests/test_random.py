@@ -11,36 +11,12 @@ import quabla as qb
 from quabla import random as qr
 from quabla.random.keys import bits
 
-MASK = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
+from random_reference import GOLDEN, MASK, ref_mix, ref_out, ref_unmix  # noqa: F401
 SPLIT_TAG = 0x71623A73706C6974  # b"qb:split"
 FOLD_TAG = 0x71623A666F6C6469  # b"qb:foldi"
 
 
 # -- an independent pure-Python reference of docs/random.md ---------------------------------------
-
-
-def ref_mix(z):
-    z &= MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
-def ref_unmix(z):
-    """The inverse of ref_mix (to build keys with chosen first outputs)."""
-
-    def unxorshift(z, s):
-        x = z
-        for _ in range(64 // s + 1):
-            x = z ^ (x >> s)
-        return x
-
-    z = unxorshift(z, 31)
-    z = (z * pow(0x94D049BB133111EB, -1, 1 << 64)) & MASK
-    z = unxorshift(z, 27)
-    z = (z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & MASK
-    return unxorshift(z, 30)
 
 
 def ref_bits(state, n):

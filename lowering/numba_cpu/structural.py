@@ -77,17 +77,17 @@ def dynamic_index(e, node, out, args):
             f"{e.at(out, bi + rest)} = {e.at(args[0], bi + [j] + rest)}")
 
 
-def dynamic_update_add(e, node, out, args):
-    """``x`` with ``v`` added to the selected rows: in place when ``out`` is the buffer
-    already holding ``x`` (a carry the loop updates in place, see ``carries``) or when
-    ``x``'s scratch slot is dead after this statement, else into a copy."""
-    x, i, v = (e.nodes[o] for o in node.operands)
-    b, nid = len(i.shape), node_id(out)
+def updated_copy(e, node, out, args):
+    """``out``: the array an update of ``args[0]`` writes into. ``args[0]``'s own buffer when
+    it is the result buffer already (a carry the loop updates in place, see ``carries``) or its
+    scratch slot is dead after this statement and no other operand aliases it, else a copy."""
+    nid = node_id(out)
     k = e.results.get(nid)
     root = e.root.get(args[0])
     if k is not None and e.result_of.get(args[0]) == k:
         e.alloc(out, node.shape, node.dtype, result=nid)
-    elif k is None and root is not None and e.plan.expiry(root) <= e.now:
+    elif (k is None and root is not None and e.plan.expiry(root) <= e.now
+          and all(e.root.get(a) != root for a in args[1:])):
         e.assign(out, args[0])
         e.shapes[out] = tuple(node.shape)
         if args[0] in e.slot_of:
@@ -96,6 +96,15 @@ def dynamic_update_add(e, node, out, args):
     else:
         e.alloc(out, node.shape, node.dtype, result=nid)
         e.copy(out, args[0], node.shape)
+
+
+def dynamic_update_add(e, node, out, args):
+    """``x`` with ``v`` added to the selected rows: in place when ``out`` is the buffer
+    already holding ``x`` (a carry the loop updates in place, see ``carries``) or when
+    ``x``'s scratch slot is dead after this statement, else into a copy."""
+    x, i, v = (e.nodes[o] for o in node.operands)
+    b, nid = len(i.shape), node_id(out)
+    updated_copy(e, node, out, args)
     per_row(e, nid, v.shape, b, args[1], x.shape[b], lambda bi, j, rest:
             f"{e.at(out, bi + [j] + rest)} += "
             + (e.at(args[2], bi + rest) if v.shape != () else args[2]))
@@ -140,20 +149,7 @@ def scatter(e, node, out, args, batch_dims, mode):
     indices nor the updates alias it (as ``dynamic_update_add``), else into a copy."""
     x, i, v = (e.nodes[o] for o in node.operands)
     nid = node_id(out)
-    k = e.results.get(nid)
-    root = e.root.get(args[0])
-    if k is not None and e.result_of.get(args[0]) == k:
-        e.alloc(out, node.shape, node.dtype, result=nid)
-    elif (k is None and root is not None and e.plan.expiry(root) <= e.now
-          and all(e.root.get(a) != root for a in args[1:])):
-        e.assign(out, args[0])
-        e.shapes[out] = tuple(node.shape)
-        if args[0] in e.slot_of:
-            e.slot_of[out] = e.slot_of[args[0]]
-        e.view(out, args[0], nid)
-    else:
-        e.alloc(out, node.shape, node.dtype, result=nid)
-        e.copy(out, args[0], node.shape)
+    updated_copy(e, node, out, args)
     b = batch_dims
 
     def statement(bs, j, rest):
