@@ -8,7 +8,7 @@ from .errors import (
     QuablaError, TracerError, UnsupportedOperationError, RetraceLimitError, RetraceWarning,
     PrecisionWarning,
 )
-from .array import Array, Tensor, Shape, array, asarray, zeros, ones, full, arange, linspace, eye
+from .array import Array, Tensor, Shape, asarray, zeros, ones, full, arange, linspace, eye
 from .core import rules as _rules  # noqa: F401  (registers every primitive)
 from . import operators as _operators  # noqa: F401  (installs the arrays' operators)
 from .core.tracing import TraceTensor
@@ -38,7 +38,7 @@ from .shapes import (
     trace, outer, inner, vdot, dot, tensordot, kron, cross, einsum, concatenate,
 )
 from .indexing import (
-    take, take_along_axis, dynamic_slice, dynamic_update_slice, zeros_like, ones_like,
+    array, take, take_along_axis, dynamic_slice, dynamic_update_slice, zeros_like, ones_like,
     full_like, empty, empty_like,
 )
 from .api import jit, grad, value_and_grad, jvp, vjp, vmap, jacobian, jacfwd, jacrev, hessian

@@ -224,20 +224,13 @@ def _finish(value, dtype):
 
 
 def array(obj, dtype=None):
-    """A new Tensor from ``obj``; NumPy data is always copied. Under a transform, ``obj``
-    may be a traced array or nested lists/tuples mixing traced arrays and numbers: their
-    leaves are stacked (the dtype rules of ``qb.stack``, Python numbers weak), a traced array
-    (``quabla.indexing.traced_array``)."""
+    """A new Tensor from concrete data ``obj``; NumPy data is always copied. (``qb.array``,
+    ``quabla.indexing.array``, also stacks traced arrays under a transform.)"""
     if isinstance(obj, Tensor):
         value = obj.value
         if dtype is not None and _dt.dtype(dtype) is not obj.dtype:
             value = value.astype(_dt.dtype(dtype).numpy)
         return Tensor.wrap(value)
-    if isinstance(obj, (Array, list, tuple)):
-        from .indexing import has_tracers, traced_array
-
-        if has_tracers(obj):
-            return traced_array(obj, dtype)
     return Tensor.wrap(_finish(_import(obj), dtype))
 
 

@@ -25,15 +25,25 @@ import numpy as np
 from . import dtypes as _dt
 from . import ops
 from .array import Array, Tensor, array_shape, as_index, asarray, full, zeros
+from .array import array as concrete_array
 from .core.tracing import TraceTensor, bind
 
-__all__ = ["take", "take_along_axis", "dynamic_slice", "dynamic_update_slice", "zeros_like",
+__all__ = ["array", "subscript", "take", "take_along_axis", "dynamic_slice", "dynamic_update_slice", "zeros_like",
            "ones_like", "full_like", "empty", "empty_like"]
 
 _PYTHON_NUMBERS = (bool, int, float)
 
 
 # -- building ---------------------------------------------------------------------------------
+
+def array(obj, dtype=None):
+    """``qb.array``: a new Tensor from concrete data (NumPy data is always copied), or, under a
+    transform, ``obj`` a traced array or nested lists/tuples mixing traced arrays and numbers,
+    their leaves stacked (``traced_array``)."""
+    if not isinstance(obj, Tensor) and has_tracers(obj):
+        return traced_array(obj, dtype)
+    return concrete_array(obj, dtype)
+
 
 def has_tracers(obj):
     """Whether ``obj`` is a traced array or a (nested) list/tuple holding one."""
@@ -130,6 +140,15 @@ def empty_like(prototype, dtype=None, shape=None):
 # values are already rows in range: dynamic_slice's), ("ellipsis",) until it is expanded
 # (("gap",) where it stands for no axis: it still separates index arrays).
 
+def subscript(x, index):
+    """``x[index]`` (the arrays' ``__getitem__``): NumPy's advanced indexing here (a gather),
+    basic indexing (scalar array indices included) by ``ops.getitem``."""
+    items = index if isinstance(index, tuple) else (index,)
+    if builtins.any(is_array_index(item) for item in items):
+        return getitem(x, items)
+    return ops.getitem(x, index)
+
+
 def is_array_index(item):
     """Whether ``getitem`` needs this module for ``item``: an index array or list, a mask."""
     if isinstance(item, (list, tuple, np.ndarray)):
@@ -174,8 +193,6 @@ def _entry(item):
         raise TypeError("a bool index (x[True], x[False]) is not supported")
     if isinstance(item, (list, tuple)):
         if has_tracers(item):
-            from .array import array
-
             return _entry(array(item))
         item = np.asarray(item)
         if item.dtype == object:
@@ -641,8 +658,6 @@ def _index_array(indices, name):
             _whole(indices.numpy(), f"quabla.{name}: indices")
         return indices
     if isinstance(indices, (list, tuple)) and has_tracers(indices):
-        from .array import array
-
         return _index_array(array(indices), name)
     values = np.asarray(indices)
     if values.dtype.kind not in "iuf" or values.size == 0:

@@ -106,7 +106,7 @@ class Operators:
         return ops.logical_not(self)
 
     def __getitem__(self, index):
-        return ops.getitem(self, index)
+        return indexing.subscript(self, index)
 
     @property
     def at(self):

@@ -563,15 +563,11 @@ def stack(arrays, axis=0):
 def getitem(x, index):
     """NumPy basic indexing: ints (negative too), slices, None and Ellipsis, and scalar arrays
     (traced or not) that select one row of their axis like an int (``xs[i]`` in a loop body).
-    Index arrays, lists and concrete boolean masks are NumPy's advanced indexing, a gather
-    (``quabla.indexing.getitem``)."""
+    Index arrays, lists and concrete boolean masks are NumPy's advanced indexing, a gather:
+    ``x[idx]`` reaches it (``quabla.indexing.subscript``)."""
     if not isinstance(index, tuple):
         index = (index,)
     if builtins.any(isinstance(item, (Array, list, tuple, np.ndarray)) for item in index):
-        from . import indexing  # index arrays, lists and masks: a gather (quabla/indexing.py)
-
-        if builtins.any(indexing.is_array_index(item) for item in index):
-            return indexing.getitem(x, index)
         return _dynamic_getitem(x, index)
     for item in index:
         if isinstance(item, (bool, np.bool_)):
@@ -634,7 +630,8 @@ def _dynamic_getitem(x, index):
                 kind = "a TraceTensor" if isinstance(item, TraceTensor) else "an array"
                 raise TypeError(
                     f"{kind} index must be a floating scalar (one row of its axis); got "
-                    f"{item.dtype}{list(item.shape)}: gather and boolean masks are unsupported")
+                    f"{item.dtype}{list(item.shape)}: index arrays and masks are x[idx] "
+                    "(quabla.indexing.subscript)")
             if not isinstance(item, TraceTensor) and not float(item.numpy()).is_integer():
                 raise TypeError(f"an array index must hold a whole number, got "
                                 f"{float(item.numpy())!r} (a traced one is rounded down)")

@@ -31,6 +31,7 @@ from . import dtypes as _dt
 from . import ops
 from .array import Array, Tensor
 from .core.tracing import TraceTensor, bind
+from .indexing import subscript
 from .ops import as_array, normalize_axes, normalize_axis, promote, summand
 from .special import logsumexp  # one implementation: jax.numpy, jax.nn and jax.scipy share it
 
@@ -64,7 +65,7 @@ def _keep(out, x_shape, axes):
 
 def _last(x, start, stop=None, step=1):
     """``x[..., start:stop:step]``."""
-    return ops.getitem(x, (Ellipsis, slice(start, stop, step)))
+    return subscript(x, (Ellipsis, slice(start, stop, step)))
 
 
 def _positions(n, dtype=_dt.float64):
@@ -240,7 +241,7 @@ def _doubling(x, axis, combine, unit):
         fill = list(x.shape)
         fill[axis] = shift
         head = ops.broadcast_to(ops.weak_scalar(unit, x.dtype), tuple(fill))
-        x = combine(x, ops.concat([head, ops.getitem(x, tuple(before))], axis=axis))
+        x = combine(x, ops.concat([head, subscript(x, tuple(before))], axis=axis))
         shift *= 2
     return x
 
@@ -290,7 +291,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
             shape[axis] = 0
             raise ValueError("quabla.diff: the result would be empty (Quabla arrays have no "
                              "empty axes)")
-        later, earlier = ops.getitem(x, tuple(hi)), ops.getitem(x, tuple(lo))
+        later, earlier = subscript(x, tuple(hi)), subscript(x, tuple(lo))
         x = (ops.not_equal(later, earlier) if x.dtype is _dt.bool_
              else ops.subtract(later, earlier))
     return x
@@ -316,7 +317,7 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
     hi = [slice(None)] * y.ndim
     lo = [slice(None)] * y.ndim
     hi[axis], lo[axis] = slice(1, None), slice(0, n - 1)
-    mid = ops.add(ops.getitem(y, tuple(hi)), ops.getitem(y, tuple(lo)))
+    mid = ops.add(subscript(y, tuple(hi)), subscript(y, tuple(lo)))
     return ops.sum(ops.divide(ops.multiply(d, mid), 2.0), axis)
 
 
@@ -368,7 +369,7 @@ def _order(x):
         x = ops.astype(x, _dt.float64)
     positions = ops.broadcast_to(ops.astype(_positions(n), x.dtype), tuple(x.shape))
     rows = ops.stack([ops.stop_gradient(x), positions], axis=-2)
-    return ops.getitem(_sort_rows(rows), (Ellipsis, 1, slice(None)))
+    return subscript(_sort_rows(rows), (Ellipsis, 1, slice(None)))
 
 
 def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
@@ -400,7 +401,7 @@ def searchsorted(a, v, side="left", sorter=None, *, method=None):
         (s,) = promote("searchsorted", (summand(sorter),))
         inverse = _order(ops.astype(s, _dt.float64))  # a[sorter] = a ordered by sorter^-1
         rows = ops.stack([ops.astype(inverse, a.dtype), a], axis=0)
-        a = ops.getitem(_sort_rows(rows), (1, slice(None)))
+        a = subscript(_sort_rows(rows), (1, slice(None)))
     n = a.shape[0]
     flat = ops.reshape(v, (v.size, 1)) if v.ndim else ops.reshape(v, (1, 1))
     row = ops.reshape(a, (1, n))
@@ -467,10 +468,10 @@ def _static_quantile(ordered, p, n, method):
         hi = lo
     elif method == "higher":
         lo = hi
-    low = ops.getitem(ordered, (Ellipsis, lo))
+    low = subscript(ordered, (Ellipsis, lo))
     if lo == hi:
         return low
-    high = ops.getitem(ordered, (Ellipsis, hi))
+    high = subscript(ordered, (Ellipsis, hi))
     if method == "midpoint":
         return ops.multiply(ops.add(low, high), 0.5)
     return ops.add(ops.multiply(low, 1.0 - w), ops.multiply(high, w))

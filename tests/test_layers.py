@@ -44,3 +44,15 @@ def test_only_quabla_lower_hands_graphs_to_lowering_compile():
         if "lowering.compile(" in text or "lowering import compile" in text:
             callers.append(str(path.relative_to(ROOT)))
     assert callers == ["quabla/lower.py"]
+
+
+def test_arrays_and_ops_import_nothing_built_on_them():
+    """``array.py``, ``ops.py`` and the tracer are the floor the NumPy-style modules stand on:
+    ``qb.array`` of tracers and advanced indexing live above them (``indexing.py``), reached
+    through the arrays' operators, which ``operators.py`` installs."""
+    above = ("quabla.indexing", "quabla.reductions", "quabla.shapes", "quabla.nn",
+             "quabla.special", "quabla.operators", "quabla.api", "quabla.staging")
+    offending = sorted(f"{path}: {name}" for path in ("quabla/array.py", "quabla/ops.py",
+                                                      "quabla/core/tracing.py")
+                       for name in _imports(ROOT / path) if name.startswith(above))
+    assert offending == []
