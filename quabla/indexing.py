@@ -636,6 +636,24 @@ class IndexUpdateRef:
         ref = IndexUpdateRef(ones, self.index)
         return ops.divide(x, ref._update(values, "mul", mode, wrap_negative_indices, "divide"))
 
+    def _rewrite(self, func, mode, wrap, name):
+        """``x[idx] = func(x[idx])``, once per distinct index (the read clamps; the write
+        follows ``mode``)."""
+        current = self.get(mode="clip", wrap_negative_indices=wrap)
+        return self._update(func(current), "set", mode, wrap, name)
+
+    def power(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False,
+              wrap_negative_indices=True):
+        """``x[idx] **= values``, once per distinct index (JAX leaves repeated indices
+        unspecified; here the last of their values wins)."""
+        return self._rewrite(lambda v: ops.power(v, values), mode, wrap_negative_indices,
+                             "power")
+
+    def apply(self, func, *, mode=None, indices_are_sorted=False, unique_indices=False,
+              wrap_negative_indices=True):
+        """``x[idx] = func(x[idx])`` for an elementwise ``func``, once per distinct index."""
+        return self._rewrite(func, mode, wrap_negative_indices, "apply")
+
     def min(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False,
             wrap_negative_indices=True):
         """``x[idx] = minimum(x[idx], values)`` (NaN propagates)."""

@@ -695,11 +695,23 @@ def sum(x, axis=None, keepdims=False, *, dtype=None, where=None, initial=None): 
                    initial=initial)
 
 
+def _is_bool(x):
+    dtype = getattr(x, "dtype", None)
+    return (isinstance(x, (bool, np.bool_)) or dtype is _dt.bool_
+            or (isinstance(dtype, np.dtype) and dtype == np.bool_))
+
+
 def max(x, axis=None, keepdims=False, *, where=None, initial=None):  # noqa: A001
+    """The maximum over ``axis``; of a bool_ array, bool_ as in NumPy (``any``)."""
+    if _is_bool(x) and initial is None:
+        return any(x, axis, keepdims, where=where)
     return _reduce("reduce_max", x, axis, keepdims, mask=where, initial=initial)
 
 
 def min(x, axis=None, keepdims=False, *, where=None, initial=None):  # noqa: A001
+    """The minimum over ``axis``; of a bool_ array, bool_ as in NumPy (``all``)."""
+    if _is_bool(x) and initial is None:
+        return all(x, axis, keepdims, where=where)
     return _reduce("reduce_min", x, axis, keepdims, mask=where, initial=initial)
 
 

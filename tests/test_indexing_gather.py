@@ -111,6 +111,11 @@ TABLE = [
     Entry("at-max", lambda xp, lax, x, i, v: x.at[i].max(v, mode="clip"),
           (MAXMIN[:15].reshape(5, 3), I([1, 3, 1, -1]), MAXMIN[15:].reshape(4, 3)), (1,),
           numpy=False),
+    Entry("at-power", lambda xp, lax, x, i, v: x.at[i].power(v, unique_indices=True),
+          (RNG.uniform(0.5, 2.0, (5, 3)), I([3, 0, 9]), RNG.uniform(0.5, 2.0, (3, 3))), (1,),
+          numpy=False),
+    Entry("at-apply", lambda xp, lax, x, i: x.at[:, i].apply(xp.sin, unique_indices=True), (X, I([2, -3])), (1,),
+          numpy=False, grad=False),  # JAX has no derivative of apply: see the test below
     Entry("at-static-slices", lambda xp, lax, x, v: x.at[1:, ::2].add(v) + x.at[0].set(2.0),
           (X, _normal(4, 2)), numpy=False),
     Entry("at-wrap-negative-off", lambda xp, lax, x, i, v: x.at[i].add(
@@ -294,6 +299,14 @@ def test_the_set_gradient_goes_to_the_winning_update():
     g = qb.jit(qb.grad(lambda v, i: qb.sum(qb.zeros((3,)).at[i].set(v) * qb.array([1., 2., 3.]))))
     out = g(qb.array([5.0, 6.0, 7.0, 8.0]), qb.array([1.0, 2.0, 1.0, 9.0]))
     np.testing.assert_array_equal(np.asarray(out), [0.0, 3.0, 2.0, 0.0])
+
+
+def test_the_apply_gradient_is_the_function_s_on_the_rows_it_rewrites():
+    x = X[0]
+    g = qb.jit(qb.grad(lambda x: qb.sum(x.at[I([2.0, 0.0])].apply(qb.sin) ** 2)))(x)
+    expected = 2 * x
+    expected[[0, 2]] = 2 * np.sin(x[[0, 2]]) * np.cos(x[[0, 2]])
+    np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-13)
 
 
 def test_bool_arrays_are_gathered_and_set():

@@ -355,8 +355,20 @@ def test_sums_of_bools_count_in_float64():
         assert value.dtype is qb.float64
     assert float(qb.sum(mask)) == 4.0
     np.testing.assert_array_equal(np.asarray(qb.cumsum(mask)), np.cumsum(np.asarray(mask)))
-    with pytest.raises(TypeError, match="bool_"):  # no other math on bool_ (use any/all)
-        qb.max(mask)
+    with pytest.raises(TypeError, match="bool_"):  # no other math on bool_
+        qb.sqrt(mask)
+
+
+def test_max_and_min_of_bools_are_any_and_all_as_in_numpy():
+    b = np.array([[True, False, True], [False, False, False]])
+    jitted = qb.jit(lambda m: (qb.max(m, axis=1), qb.min(m, axis=0, keepdims=True), m.max(),
+                               qb.vmap(qb.min)(m)))
+    max1, min0, total, rows = jitted(b)
+    for ours, expected in ((max1, b.max(axis=1)), (min0, b.min(axis=0, keepdims=True)),
+                           (total, b.max()), (rows, b.min(axis=1)),
+                           (qb.max(qb.array(b), axis=0), b.max(axis=0))):
+        assert ours.dtype is qb.bool_
+        np.testing.assert_array_equal(np.asarray(ours), expected)
 
 
 def test_index_results_are_float64_whole_numbers_without_derivative():
