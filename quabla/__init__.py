@@ -46,6 +46,7 @@ from .devices import devices
 from . import tree, random, optim, flatten_util
 from . import linalg
 from . import nn, special
+from . import distributed
 from .control import cond, switch, fori_loop, scan, while_loop, checkpoint
 from .control import checkpoint as remat  # JAX's other name
 from .custom_derivatives import custom_jvp, custom_vjp
@@ -96,6 +97,6 @@ __all__ = [
     "devices",
     "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint", "remat", "newton",
     "odeint", "custom_jvp", "custom_vjp",
-    "tree", "random", "optim", "linalg", "flatten_util", "save", "load",
+    "tree", "random", "optim", "distributed", "linalg", "flatten_util", "save", "load",
     "ShapeDtype", "Compiler", "Program", "Executable",
 ]

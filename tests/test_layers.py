@@ -56,3 +56,13 @@ def test_arrays_and_ops_import_nothing_built_on_them():
                                                       "quabla/core/tracing.py")
                        for name in _imports(ROOT / path) if name.startswith(above))
     assert offending == []
+
+
+def test_nothing_below_distributed_imports_it():
+    """``quabla.distributed`` is built on the transforms and ``optim`` (its Trainer extends
+    theirs through ``combine=``); only the package's ``__init__`` reaches it from below."""
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}" for path in (ROOT / "quabla").rglob("*.py")
+        if "distributed" not in path.relative_to(ROOT).parts and path != ROOT / "quabla/__init__.py"
+        for name in _imports(path) if name.startswith("quabla.distributed"))
+    assert offending == []

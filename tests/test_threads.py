@@ -10,6 +10,7 @@ thread count, and the entry called from users' Numba code. No timing here.
 """
 
 import concurrent.futures
+import os
 
 import numpy as np
 import pytest
@@ -165,14 +166,82 @@ def test_a_bad_thread_count_is_refused(monkeypatch, value):
 def test_blas_runs_on_one_thread_in_every_block():
     """Products inside a threaded loop must not start BLAS threads of their own; BLAS's own
     setting is back when the last threaded loop ends."""
-    if not threads._blas_controls():
-        pytest.skip("no OpenBLAS loaded")
-    get = threads._blas_controls()[0][0]
-    before = get()
+    controller = threads.blas_controller()
+    if controller is None or not controller.lib_controllers:
+        pytest.skip("no BLAS that threadpoolctl controls")
+
+    def blas_threads():
+        return [lib.num_threads for lib in controller.lib_controllers]
+
+    before = blas_threads()
     seen = []
-    threads.run_blocks(lambda row: seen.append((row[-1], get())), ("base",), [(0,), (1,), (2,)])
-    assert sorted(seen) == [(0, 1), (1, 1), (2, 1)]
-    assert get() == before
+    threads.run_blocks(lambda row: seen.append((row[-1], set(blas_threads()))), ("base",),
+                       [(0,), (1,), (2,)])
+    assert sorted(seen) == [(0, {1}), (1, {1}), (2, {1})]
+    assert blas_threads() == before
+
+
+@pytest.mark.parametrize("cores, cpus, environ, expected", [
+    (2, 2, {}, 2),                                     # alone: every core
+    (2, 2, {"MPI_LOCALNRANKS": "2"}, 1),               # MPICH: 2 ranks share 2 cores
+    (2, 2, {"MPI_LOCALNRANKS": "3"}, 1),               # oversubscribed: still 1
+    (16, 16, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),  # Open MPI, unbound ranks
+    (4, 16, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),   # bound to 4 cores each: all 4
+    (8, 16, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),   # bound per socket, 2 ranks each
+    (4, 4, {"MPI_LOCALNRANKS": "2"}, 2),               # a container's 4 cpus of 64, 2 ranks
+    (1, 16, {"MPI_LOCALNRANKS": "16"}, 1),
+    (6, 8, {"MPI_LOCALNRANKS": "bad"}, 6),             # unreadable: as if alone
+])
+def test_the_default_thread_count_is_this_process_share(cores, cpus, environ, expected):
+    assert threads.share(cores, cpus, environ) == expected
+
+
+def test_thread_counts_follow_the_affinity(monkeypatch):
+    """Without QUABLA_NUM_THREADS, the cores this process may run on (numbers, no timing)."""
+    monkeypatch.delenv("QUABLA_NUM_THREADS", raising=False)
+    for name in threads.LOCAL_SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert threads.count() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("MPI_LOCALNRANKS", str(2 * len(os.sched_getaffinity(0))))
+    assert threads.count() == 1
+    monkeypatch.setenv("QUABLA_NUM_THREADS", "3")  # the user's choice wins
+    assert threads.count() == 3
+
+
+_BLAS_SCRIPT = """
+import os, sys
+import numpy as np
+import quabla as qb
+from lowering.numba_cpu import threads
+x = qb.array(np.ones((64, 64)))
+qb.jit(lambda a: a @ a)(x)              # a program: BLAS is set to this process's share
+controller = threads.blas_controller()
+print(threads.count(), sorted({lib.num_threads for lib in controller.lib_controllers}))
+"""
+
+
+def test_blas_follows_the_ranks_of_the_node(tmp_path):
+    """Two ranks on this node (as MPICH's launcher says): one BLAS thread per core each, unless
+    a BLAS variable is set. (In a process of its own: the setting is process-wide.)"""
+    import subprocess
+    import sys
+
+    pytest.importorskip("threadpoolctl")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items()
+           if k not in threads.BLAS_VARIABLES + ("QUABLA_NUM_THREADS",)}
+    env.update(MPI_LOCALNRANKS=str(2 * len(os.sched_getaffinity(0))),
+               QUABLA_CACHE_DIR=str(tmp_path / "qb"), NUMBA_CACHE_DIR=str(tmp_path / "nb"),
+               PYTHONPATH=os.path.dirname(here))
+    done = subprocess.run([sys.executable, "-c", _BLAS_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "[1]"]
+    done = subprocess.run([sys.executable, "-c", _BLAS_SCRIPT],
+                          env=dict(env, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", f"[{min(2, os.cpu_count())}]"]
 
 
 _FORK_SCRIPT = """

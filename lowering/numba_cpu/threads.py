@@ -1,4 +1,5 @@
-"""Threads for the tile loop of a batch axis (lowering/loopnest/schedule.py's ``TileBegin``).
+"""Threads for the tile loop of a batch axis (lowering/loopnest/schedule.py's ``TileBegin``),
+and how many threads this process should use at all.
 
 A program whose tile loop is worth splitting is compiled as a phased entry (codegen.py): one
 call runs what comes before the loop, then each thread runs its block of tiles with its own
@@ -7,22 +8,27 @@ the rest. Blocks are fixed by the thread count, so for a given ``QUABLA_NUM_THRE
 results are the same bits on every call, whatever the timing. The entry releases the GIL, so
 plain Python threads run the blocks at once; the calling thread runs the first block itself.
 
+How many: ``QUABLA_NUM_THREADS``, else this process's share of the cores it may run on
+(``os.sched_getaffinity``), split among the MPI ranks of the node that share them (the
+launcher's environment says how many: ``MPI_LOCALNRANKS``, ``OMPI_COMM_WORLD_LOCAL_SIZE``),
+so ranks × threads does not exceed the cores. BLAS follows the same share (``limit_blas``,
+through threadpoolctl) unless its own variables are set.
+
 Products inside the loop call BLAS, whose own threads would compete with the loop's: while
-any threaded loop runs, OpenBLAS (the BLAS Numba finds through SciPy) is set to one thread,
-and set back when the last one ends (OpenBLAS's setting is process-wide in SciPy's build, even
-``openblas_set_num_threads_local``'s). Other BLAS libraries follow their environment
-(``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``).
+any threaded loop runs, every BLAS threadpoolctl finds (SciPy's OpenBLAS, the one generated
+code calls, and NumPy's) is set to one thread, and set back when the last one ends (the
+setting is process-wide).
 """
 
 import concurrent.futures
 import contextlib
-import ctypes
 import os
 import threading
 
 from .. import native
 
-__all__ = ["count", "WORTH_ELEMENTS", "run_blocks", "blocks"]
+__all__ = ["count", "share", "local_processes", "limit_blas", "blas_controller", "WORTH_ELEMENTS",
+           "run_blocks", "blocks"]
 
 # A tile loop writing fewer elements than this (over all its tiles) runs on the calling
 # thread: waking a second thread costs tens of microseconds.
@@ -30,17 +36,13 @@ WORTH_ELEMENTS = 1 << 17
 
 _pool = None
 _lock = threading.Lock()
-_blas = None  # (get, set) of the thread count of each OpenBLAS in the process
 
 
 def count():
-    """Threads for tile loops: ``QUABLA_NUM_THREADS``, else the cores this process may use."""
+    """Threads for tile loops: ``QUABLA_NUM_THREADS``, else ``share()``."""
     value = os.environ.get("QUABLA_NUM_THREADS")
     if value is None:
-        try:
-            return len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            return os.cpu_count() or 1
+        return share()
     try:
         n = int(value)
     except ValueError:
@@ -50,6 +52,43 @@ def count():
     return n
 
 
+# how many processes an MPI launcher started on this node (MPICH's Hydra, Open MPI)
+LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def share(cores=None, cpus=None, environ=None):
+    """This process's share of the cores: the cores it may run on (``os.sched_getaffinity``),
+    divided among the node's MPI ranks that share them. ``cpus`` is what the launcher may
+    run on (its affinity: the machine, or a container's cpuset); a rank whose mask is
+    smaller was bound by the launcher, and shares its mask with ``local ranks × mask / cpus``
+    ranks: none when each has cores of its own, all of them when none is bound. At least 1."""
+    if cores is None:
+        cores = _affinity(0) or os.cpu_count() or 1
+    if cpus is None:
+        cpus = _affinity(os.getppid()) or os.cpu_count() or cores
+    sharing = max(1, round(local_processes(environ) * cores / max(cpus, cores)))
+    return max(1, cores // sharing)
+
+
+def _affinity(pid):
+    """How many CPUs process ``pid`` may run on (None where that cannot be read)."""
+    try:
+        return len(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):  # not Linux, or the process is gone
+        return None
+
+
+def local_processes(environ=None):
+    """How many processes an MPI launcher started on this node (1 without one)."""
+    environ = os.environ if environ is None else environ
+    for name in LOCAL_SIZE_VARIABLES:
+        try:
+            return max(1, int(environ[name]))
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
 def blocks(extent, tile, threads):
     """``[(first row, end row)]`` of each thread's block of tiles: contiguous, as even as the
     tile count allows (a thread may get none)."""
@@ -57,57 +96,66 @@ def blocks(extent, tile, threads):
     return [(t * n // threads * tile, (t + 1) * n // threads * tile) for t in range(threads)]
 
 
-_NAMES = [("openblas_get_num_threads", "openblas_set_num_threads"),
-          ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-          ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_")]
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "BLIS_NUM_THREADS")
+_controller = None
+_blas_limited = False
 
 
-def _blas_controls():
-    """``(get, set)`` of the thread count of each OpenBLAS loaded (SciPy's is loaded first:
-    it is the one generated code calls)."""
-    global _blas
-    if _blas is None:
-        native.blas_symbols()  # loads SciPy's OpenBLAS, if installed
+def blas_controller():
+    """threadpoolctl's controller of the BLAS libraries in this process (made once, after
+    SciPy's OpenBLAS, the one generated code calls, is loaded), or None without
+    threadpoolctl."""
+    global _controller
+    if _controller is None:
         try:
-            with open("/proc/self/maps") as maps:
-                paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
-        except OSError:  # not Linux
-            paths = []
-        controls = []
-        for path in paths:
-            library = ctypes.CDLL(path)
-            for get_name, set_name in _NAMES:
-                get, put = (getattr(library, n, None) for n in (get_name, set_name))
-                if get is not None and put is not None:
-                    get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
-                    controls.append((get, put))
-                    break
-        _blas = controls
-    return _blas
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            return None
+        native.blas_symbols()  # loads SciPy's OpenBLAS, if installed
+        _controller = ThreadpoolController().select(user_api="blas")
+    return _controller
+
+
+def limit_blas():
+    """Set BLAS to this process's share of the cores (``share()``) once per process, unless a
+    BLAS variable (``OPENBLAS_NUM_THREADS``, ...) is set: the user's choice wins. Without
+    other processes on the node the share is every core, which is BLAS's own default, and
+    nothing is touched (nor threadpoolctl imported). Returns the count set, or None."""
+    global _blas_limited
+    if _blas_limited or any(name in os.environ for name in BLAS_VARIABLES):
+        return None
+    _blas_limited = True
+    n = share()
+    cores = _affinity(0) or os.cpu_count() or 1
+    controller = blas_controller() if n < cores else None
+    if controller is None:
+        return None
+    controller.limit(limits=n)
+    return n
 
 
 _blas_users = 0
-_blas_saved = []
+_blas_limiter = None
 
 
 @contextlib.contextmanager
 def _one_blas_thread():
     """BLAS on one thread while any threaded loop runs."""
-    global _blas_users, _blas_saved
+    global _blas_users, _blas_limiter
     with _lock:
         if _blas_users == 0:
-            _blas_saved = [(put, get()) for get, put in _blas_controls()]
-            for put, _ in _blas_saved:
-                put(1)
+            controller = blas_controller()
+            _blas_limiter = controller.limit(limits=1) if controller is not None else None
         _blas_users += 1
     try:
         yield
     finally:
         with _lock:
             _blas_users -= 1
-            if _blas_users == 0:
-                for put, n in _blas_saved:
-                    put(n)
+            if _blas_users == 0 and _blas_limiter is not None:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
 
 
 def _executor():
@@ -122,8 +170,8 @@ def _executor():
 def _after_fork():
     """A forked child has none of the pool's threads (a task given to the old pool would
     wait forever) and may have forked while a lock was held."""
-    global _pool, _lock, _blas_users
-    _pool, _lock, _blas_users = None, threading.Lock(), 0
+    global _pool, _lock, _blas_users, _blas_limiter
+    _pool, _lock, _blas_users, _blas_limiter = None, threading.Lock(), 0, None
 
 
 if hasattr(os, "register_at_fork"):

@@ -11,6 +11,9 @@ readbacks. On the CPU the operands are the ndarrays the native entry takes; on a
 and passed to the executable's resident call, which returns device arrays. Positions in
 ``batch_argnums`` are replaced by ``step(*batch)``, checked against the structure, shapes and
 dtypes declared at construction.
+
+With ``combine`` (``qb.distributed.Trainer`` passes the ranks' mean) a step is two programs,
+the gradient and the update, with ``combine`` called on the host between them.
 """
 
 import math
@@ -45,14 +48,21 @@ class _Slots:
 class Trainer:
     """``trainer.step(*batch)`` runs one compiled gradient-and-update step; ``fit`` runs many."""
 
-    def __init__(self, loss, params, optimizer, *data, device="cpu", batch_argnums=()):
+    def __init__(self, loss, params, optimizer, *data, device="cpu", batch_argnums=(),
+                 combine=None):
+        """``combine``: None, or a function of the list ``[loss, *gradients]`` (ndarrays: the
+        gradient of each parameter leaf that has one, in leaf order) returning that list
+        combined across processes, called between the gradient and the update of every step."""
         if not callable(loss):
             raise TypeError(f"loss must be a function, got {type(loss).__name__}")
         if not isinstance(optimizer, Optimizer):
             raise TypeError("optimizer must be a qb.optim optimizer (Adam, SGD), got "
                             f"{type(optimizer).__name__}")
+        if combine is not None and not callable(combine):
+            raise TypeError(f"combine must be None or a function, got {type(combine).__name__}")
         self.optimizer = optimizer
         self.device = device
+        self._combine = combine
         self.batch_argnums = _argnums(batch_argnums, len(data))
         self.history = []
 
@@ -80,12 +90,12 @@ class Trainer:
 
     # -- the compiled step -------------------------------------------------------------------
     def _compile(self, loss, operands):
-        from ..api import jit, value_and_grad
+        from ..api import value_and_grad
 
         layout, optimizer = self._layout, self.optimizer
         n, k = layout.n_live, layout.n_slots
 
-        def train_step(*flat):
+        def gradient(flat):
             params = self._params_tree(flat[:n] + flat[layout.carried:layout.data])
             data, start = [], layout.data
             for d in self._data:
@@ -93,20 +103,60 @@ class Trainer:
                 start += len(d.arrays)
             value, grads = value_and_grad(loss)(params, *data)
             g_leaves = grad_leaves(self._p_tree, grads)
-            slots = [flat[(1 + j) * n:(2 + j) * n] for j in range(k)]
-            new_p, new_slots, count = optimizer.apply(
-                flat[:n], [g_leaves[i] for i in self._live], slots, flat[layout.carried - 1])
-            return (*new_p, *[x for s in new_slots for x in s], count, value)
+            return value, [g_leaves[i] for i in self._live]
 
-        train_step.__name__ = "train_step"
-        lowered = jit(train_step, device=self.device).lower(*operands)
+        def update(carried, grads):
+            slots = [carried[(1 + j) * n:(2 + j) * n] for j in range(k)]
+            new_p, new_slots, count = optimizer.apply(carried[:n], grads, slots, carried[-1])
+            return (*new_p, *[x for s in new_slots for x in s], count)
+
+        if self._combine is None:
+            def train_step(*flat):
+                value, grads = gradient(flat)
+                return (*update(flat[:layout.carried], grads), value)
+
+            return self._lowered(train_step, operands, resident=True)
+        return self._two_programs(gradient, update, operands)
+
+    def _lowered(self, fn, operands, resident):
+        """``fn`` compiled for ``operands``: its run (the device-resident one if ``resident``
+        and the back end has one), noting the loss's aval (the last output)."""
+        from ..api import jit
+
+        fn.__name__ = "train_step"
+        lowered = jit(fn, device=self.device).lower(*operands)
         out = lowered.graph.nodes[lowered.graph.outputs[-1]]
         self._loss_aval = (tuple(out.shape), out.dtype.numpy)
         compiled = lowered.compile()
         executable = compiled.executable
         # a device back end's resident call keeps the operands in device memory
-        self._memory = executable if hasattr(executable, "resident") else None
+        self._memory = executable if resident and hasattr(executable, "resident") else None
         return compiled.run if self._memory is None else executable.resident
+
+    def _two_programs(self, gradient, update, operands):
+        """The step as the gradient program, ``combine`` on the host, then the update
+        program (host arrays throughout: ``combine`` reads and writes them)."""
+        carried = self._layout.carried
+
+        def gradient_step(*flat):
+            value, grads = gradient(flat)
+            return (*grads, value)
+
+        def update_step(*flat):
+            return update(flat[:carried], list(flat[carried:]))
+
+        grads = [Tensor.wrap(np.zeros(shape, dtype)) for shape, dtype in
+                 (self._avals[i] for i in range(self._layout.n_live))]
+        run_update = self._lowered(update_step, operands[:carried] + grads, resident=False)
+        run_gradient = self._lowered(gradient_step, operands, resident=False)
+        combine = self._combine
+
+        def run(*values):
+            *grads, value = run_gradient(*values)
+            value, *grads = combine([value, *grads])
+            return [*run_update(*values[:carried], *grads), value]
+
+        return run
 
     def _put(self, array):
         """A host ndarray as an operand: uploaded once to the device, as is on the CPU."""
