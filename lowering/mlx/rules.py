@@ -201,7 +201,98 @@ def _triangular_solve(ctx, a, b, *, lower, transpose_a):
     return mx.linalg.solve_triangular(t, b, upper=lower == transpose_a, stream=ctx.linalg)
 
 
+def _finite(a):
+    """(``a`` with each matrix holding a NaN or inf replaced by the identity, its mask): the
+    decompositions' convention (quabla/core/rules/decompositions.py) is an all-NaN result."""
+    bad = ~mx.all(mx.isfinite(a), axis=(-2, -1))
+    eye = mx.eye(a.shape[-2], a.shape[-1], dtype=a.dtype)
+    return mx.where(bad[..., None, None], eye, a), bad
+
+
+def _masked(out, bad):
+    return mx.where(bad.reshape(bad.shape + (1,) * (out.ndim - bad.ndim)), mx.nan, out)
+
+
+def _leading_positive(v):
+    """+1 or -1 per column: the sign of its entry of largest magnitude (the first on ties)."""
+    big = mx.argmax(mx.abs(v), axis=-2, keepdims=True)
+    lead = mx.take_along_axis(v, big, axis=-2)
+    return mx.where(lead < 0, -1.0, 1.0).astype(v.dtype)
+
+
+def _pad_to(x, width):
+    extra = width - x.shape[-1]
+    if extra == 0:
+        return x
+    return mx.concatenate([x, mx.zeros(x.shape[:-1] + (extra,), dtype=x.dtype)], axis=-1)
+
+
+def _slogdet(ctx, a):
+    clean, bad = _finite(a)
+    sign, logdet = mx.linalg.slogdet(clean, stream=ctx.linalg)
+    return _masked(mx.stack([sign.astype(a.dtype), logdet.astype(a.dtype)], axis=-1), bad)
+
+
+def _eigh(ctx, a, *, lower, vectors):
+    clean, bad = _finite(a)
+    uplo = "L" if lower else "U"
+    if not vectors:
+        return _masked(mx.linalg.eigvalsh(clean, UPLO=uplo, stream=ctx.linalg), bad)
+    w, v = mx.linalg.eigh(clean, UPLO=uplo, stream=ctx.linalg)
+    v = v * _leading_positive(v)
+    return _masked(mx.concatenate([mx.expand_dims(w, -2), v], axis=-2), bad)
+
+
+def _svd(ctx, a, *, full_matrices, compute_uv):
+    """MLX gives the full factors; the reduced ones are their leading columns and rows."""
+    clean, bad = _finite(a)
+    if not compute_uv:
+        return _masked(mx.linalg.svd(clean, compute_uv=False, stream=ctx.linalg), bad)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    ku, kv = (m, n) if full_matrices else (k, k)
+    u, s, vt = mx.linalg.svd(clean, compute_uv=True, stream=ctx.linalg)
+    u, vt = u[..., :, :ku], vt[..., :kv, :]
+    flip = _leading_positive(u)
+    v_flip = _leading_positive(mx.swapaxes(vt, -1, -2))
+    if kv > k:
+        flip_v = mx.concatenate([flip[..., :k], v_flip[..., k:]], axis=-1)
+    else:
+        flip_v = flip[..., :kv]
+    u = u * flip
+    vt = vt * mx.swapaxes(flip_v, -1, -2)
+    width = max(m, n)
+    packed = mx.concatenate([_pad_to(mx.swapaxes(u, -1, -2), width),
+                             _pad_to(mx.expand_dims(s.astype(a.dtype), -2), width),
+                             _pad_to(vt, width)], axis=-2)
+    return _masked(packed, bad)
+
+
+def _qr(ctx, a, *, complete):
+    """A complete Q (m > n) is the Q of [a | I]: its first n columns are a's."""
+    clean, bad = _finite(a)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if complete:
+        eye = mx.broadcast_to(mx.eye(m, dtype=a.dtype), clean.shape[:-2] + (m, m))
+        q, r = mx.linalg.qr(mx.concatenate([clean, eye], axis=-1), stream=ctx.linalg)
+        r = r[..., :, :n]
+    else:
+        q, r = mx.linalg.qr(clean, stream=ctx.linalg)
+    diag = mx.diagonal(r[..., :k, :k], axis1=-2, axis2=-1)
+    flip = mx.where(diag < 0, -1.0, 1.0).astype(a.dtype)
+    if q.shape[-1] > k:
+        flip_q = mx.concatenate([flip, mx.ones(flip.shape[:-1] + (q.shape[-1] - k,), dtype=a.dtype)], axis=-1)
+    else:
+        flip_q = flip
+    q = q * mx.expand_dims(flip_q, -2)
+    r = mx.concatenate([r[..., :k, :] * mx.expand_dims(flip, -1), r[..., k:, :]], axis=-2)
+    width = max(q.shape[-1], n)
+    return _masked(mx.concatenate([_pad_to(q, width), _pad_to(r, width)], axis=-2), bad)
+
+
 _LINALG = {
+    "slogdet": _slogdet, "eigh": _eigh, "svd": _svd, "qr": _qr,
     "dot_general": _dot_general,
     "solve": _as_matrices(lambda ctx, a, b: mx.linalg.solve(a, b, stream=ctx.linalg)),
     "triangular_solve": _as_matrices(_triangular_solve),

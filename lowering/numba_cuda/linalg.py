@@ -1,8 +1,9 @@
 """Lowerings of linear algebra: ``dot_general`` as cuBLAS (``blas.py``) on operands arranged as
 (batch, rows, contraction) x (batch, contraction, cols) when ``Launch.cublas`` and the product
 is large, else a tiled kernel (shared-memory tiles, each sum over k in order) reading its
-operands through their index maps; ``solve``, ``cholesky``, ``triangular_solve`` one thread
-per matrix of the stack (the device functions of ``runtime.py``)."""
+operands through their index maps; ``solve``, ``cholesky``, ``triangular_solve`` and the
+decompositions (``slogdet``, ``eigh``, ``svd``, ``qr``) one thread per matrix of the stack (the
+device functions of ``runtime.py``)."""
 
 import math
 
@@ -118,5 +119,31 @@ def stacked(e, kernel, node, nid, matrices, workspaces, flags=()):
               f"    {kernel}({call})"], blocks(batch, T, e.launch.blocks), T)
 
 
+def slogdet(e, node, nid):
+    n = e.nodes[node.operands[0]].shape[-1]
+    stacked(e, "_slogdet", node, nid, [(n, n), (2,)], [(n, n)])
+
+
+def eigh(e, node, nid, lower, vectors):
+    """Eigenvalues alone are written as a one-row matrix: the kernel tells by out's rows."""
+    n = e.nodes[node.operands[0]].shape[-1]
+    stacked(e, "_eigh", node, nid, [(n, n), (n + 1, n) if vectors else (1, n)],
+            [(n, n), (n, n)], flags=(lower,))
+
+
+def svd(e, node, nid, full_matrices, compute_uv):
+    m, n = e.nodes[node.operands[0]].shape[-2:]
+    r, k = max(m, n), min(m, n)
+    packed = tuple(node.shape[-2:]) if compute_uv else (1, k)
+    stacked(e, "_svd", node, nid, [(m, n), packed], [(r, k), (k, k), (r, r)])
+
+
+def qr(e, node, nid, complete):
+    m, n = e.nodes[node.operands[0]].shape[-2:]
+    stacked(e, "_qr", node, nid, [(m, n), tuple(node.shape[-2:])],
+            [(m, n), (m, m), (min(m, n),)])
+
+
 register({"dot_general": dot_general, "solve": solve, "cholesky": cholesky,
-          "triangular_solve": triangular_solve})
+          "triangular_solve": triangular_solve, "slogdet": slogdet, "eigh": eigh, "svd": svd,
+          "qr": qr})

@@ -16,7 +16,8 @@ from .. import matrix_kernels
 
 __all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
            "_integer_pow", "_pow", "_max", "_min", "_cast_float64", "_cast_float32",
-           "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve", "_sort"]
+           "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve", "_sort",
+           "_slogdet", "_eigh", "_svd", "_qr"]
 
 _device = cuda.jit(device=True, inline=True)
 
@@ -123,6 +124,10 @@ _solve = _device(matrix_kernels.solve)
 _cholesky = _device(matrix_kernels.cholesky)
 _triangular_solve = _device(matrix_kernels.triangular_solve)
 _sort = _device(matrix_kernels.sort)  # one (m, n) matrix of a sort per thread
+_slogdet = _device(matrix_kernels.slogdet)
+_eigh = _device(matrix_kernels.eigh)
+_svd = _device(matrix_kernels.svd)
+_qr = _device(matrix_kernels.qr)
 
 
 # -- the elementwise math of issue 24 (the same conventions as the CPU's helpers; as Python

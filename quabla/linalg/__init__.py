@@ -1,20 +1,16 @@
-"""``quabla.linalg``: the linear-algebra functions, as ``jax.scipy.linalg`` groups them."""
+"""``quabla.linalg``: the linear-algebra functions, as ``jax.numpy.linalg`` and
+``jax.scipy.linalg`` name them (docs/linear-algebra.md)."""
 
-from ..core.tracing import bind
-from ..ops import cholesky, solve, solve_operands
+from ..ops import cholesky, solve
+from .decompositions import (EighResult, QRResult, SlogdetResult, SVDResult, det, eigh,
+                             eigvalsh, qr, slogdet, svd)
+from .inverses import (LstsqResult, cho_solve, inv, lstsq, matrix_power, pinv,
+                       solve_triangular, triangular_solve)
+from .exponential import expm
 from .iterative import cg, gmres
+from .norms import cond, norm
 
-__all__ = ["solve", "cholesky", "triangular_solve", "cg", "gmres"]
-
-
-def triangular_solve(a, b, *, lower=False, transpose_a=False):
-    """The solution ``x`` of ``a @ x = b`` (``a.T @ x = b`` with ``transpose_a``) for triangular
-    ``a`` [..., n, n], as ``jax.scipy.linalg.solve_triangular``: only the lower (``lower=True``)
-    or upper triangle of ``a`` is read. ``b`` broadcasts as in ``quabla.solve``: [n] is one vector
-    for every matrix, anything else a stack of matrices [..., n, k]. O(n^2) per right-hand side;
-    a zero on the diagonal gives the infinities and NaNs that substitution produces."""
-    for name, flag in (("lower", lower), ("transpose_a", transpose_a)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"quabla.linalg.triangular_solve: {name} must be a bool, got {flag!r}")
-    a, b = solve_operands("linalg.triangular_solve", a, b)
-    return bind("triangular_solve", a, b, lower=lower, transpose_a=transpose_a)
+__all__ = ["solve", "cholesky", "triangular_solve", "solve_triangular", "cho_solve", "cg",
+           "gmres", "det", "slogdet", "inv", "eigh", "eigvalsh", "svd", "qr", "pinv", "lstsq",
+           "matrix_power", "norm", "cond", "expm", "SlogdetResult", "EighResult", "SVDResult",
+           "QRResult", "LstsqResult"]

@@ -1,5 +1,6 @@
 """Rule tables of the linear-algebra primitives: dot_general, solve, triangular_solve and
-cholesky."""
+cholesky, and the helpers on stacks of matrices that the decompositions' rules
+(``decompositions.py``) share."""
 
 import numpy as np
 
@@ -8,10 +9,12 @@ from ...array import Tensor
 from ..primitives import Primitive, Zero, is_zero, register
 from ..tracing import bind
 
+__all__ = ["dot", "mT", "matmul_stack", "broadcast_batch", "check_square", "stacked"]
+
 
 # -- dot_general ------------------------------------------------------------------------------
 
-def _dot(lhs, rhs, dimension_numbers):
+def dot(lhs, rhs, dimension_numbers):
     """A product in the rules: through ``ops.dot_general``, which makes a product with a
     scalar (a full contraction's cotangent) a multiply."""
     (lc, rc), (lb, rb) = dimension_numbers
@@ -55,9 +58,9 @@ def _dot_jvp(primals, tangents, out, *, dimension_numbers):
     tl, tr = tangents
     terms = []
     if not is_zero(tl):
-        terms.append(_dot(tl, rhs, dimension_numbers))
+        terms.append(dot(tl, rhs, dimension_numbers))
     if not is_zero(tr):
-        terms.append(_dot(lhs, tr, dimension_numbers))
+        terms.append(dot(lhs, tr, dimension_numbers))
     if not terms:
         return Zero(out.shape, out.dtype)
     return terms[0] if len(terms) == 1 else ops.add(terms[0], terms[1])
@@ -72,12 +75,12 @@ def _dot_vjp(ct, primals, out, *, dimension_numbers):
     ct_lf = tuple(range(nb, nb + nlf))
     ct_rf = tuple(range(nb + nlf, nb + nlf + nrf))
     # d lhs: contract the cotangent with rhs over rhs's free axes -> (batch, lhs free, rhs contract)
-    g_lhs = _dot(ct, rhs, ((ct_rf, rf), (ct_batch, rb)))
+    g_lhs = dot(ct, rhs, ((ct_rf, rf), (ct_batch, rb)))
     rc_sorted = tuple(sorted(rc))
     lhs_axes = lb + lf + tuple(lc[rc.index(r)] for r in rc_sorted)
     g_lhs = _to_order(g_lhs, lhs_axes)
     # d rhs: contract lhs with the cotangent over lhs's free axes -> (batch, lhs contract, rhs free)
-    g_rhs = _dot(lhs, ct, ((lf, ct_lf), (lb, ct_batch)))
+    g_rhs = dot(lhs, ct, ((lf, ct_lf), (lb, ct_batch)))
     lc_sorted = tuple(sorted(lc))
     rhs_axes = rb + tuple(rc[lc.index(c)] for c in lc_sorted) + rf
     g_rhs = _to_order(g_rhs, rhs_axes)
@@ -99,13 +102,13 @@ def _dot_batch(args, batched, size, *, dimension_numbers):
     shift = lambda dims: tuple(d + 1 for d in dims)
     if bl and br:
         dn = ((shift(lc), shift(rc)), ((0,) + shift(lb), (0,) + shift(rb)))
-        return _dot(lhs, rhs, dn), True
+        return dot(lhs, rhs, dn), True
     if bl:
         dn = ((shift(lc), rc), (shift(lb), rb))
-        out = _dot(lhs, rhs, dn)
+        out = dot(lhs, rhs, dn)
         return _front(out, len(lb)), True
     dn = ((lc, shift(rc)), (lb, shift(rb)))
-    out = _dot(lhs, rhs, dn)
+    out = dot(lhs, rhs, dn)
     return _front(out, len(lb) + len(_free(lhs.ndim, lc, lb))), True
 
 
@@ -131,7 +134,7 @@ register(Primitive(
 # of the last two axes and batched dot_general, so batching them is binding the same primitive
 # with one more leading axis.
 
-def _stacked(fn, out_shape, *arrays):
+def stacked(fn, out_shape, *arrays):
     """``fn`` (np.linalg.solve or cholesky) over a stack; where LAPACK fails (a singular or not
     positive definite matrix) only that matrix's result is NaN, as in the Numba kernels."""
     try:
@@ -147,27 +150,27 @@ def _stacked(fn, out_shape, *arrays):
     return out
 
 
-def _check_square(a, name):
+def check_square(a, name):
     if not a.dtype.is_floating:
         raise TypeError(f"{name} needs floating operands")
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"{name}: {list(a.shape)} is not a stack of square matrices [..., n, n]")
 
 
-def _mT(x):
+def mT(x):
     """The transposes of a stack of matrices (its last two axes swapped)."""
     perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
     return bind("transpose", x, permutation=perm)
 
 
-def _matmul(a, x):
+def matmul_stack(a, x):
     """``a @ x`` per batch element: ``a`` [*batch, n, m], ``x`` [*batch, m] or [*batch, m, k]."""
     nb = a.ndim - 2
     batch = tuple(range(nb))
-    return _dot(a, x, (((nb + 1,), (nb,)), (batch, batch)))
+    return dot(a, x, (((nb + 1,), (nb,)), (batch, batch)))
 
 
-def _broadcast_batch(op):
+def broadcast_batch(op):
     """Batching rule: unmapped operands are broadcast along the new leading axis."""
     def batch(args, batched, size, **params):
         args = [x if f else ops.broadcast_to(x, (size,) + tuple(x.shape))
@@ -181,7 +184,7 @@ def _broadcast_batch(op):
 def _solve_shape(a, b, name="solve"):
     if a.dtype is not b.dtype:
         raise TypeError(f"{name} needs floating operands of one dtype")
-    _check_square(a, name)
+    check_square(a, name)
     if b.ndim not in (a.ndim - 1, a.ndim) or tuple(b.shape[:a.ndim - 1]) != tuple(a.shape[:-1]):
         raise ValueError(
             f"{name}: b {list(b.shape)} is neither [..., n] nor [..., n, k] for a {list(a.shape)}"
@@ -192,7 +195,7 @@ def _solve_shape(a, b, name="solve"):
 def _solve_impl(a, b):
     if b.ndim < a.ndim:  # a stack of vectors: NumPy 2 reads any b of rank > 1 as matrices
         return _solve_impl(a, b[..., None])[..., 0]
-    return _stacked(np.linalg.solve, b.shape, a, b)
+    return stacked(np.linalg.solve, b.shape, a, b)
 
 
 def _solve_jvp(primals, tangents, out):
@@ -209,23 +212,23 @@ def _tangent_rhs(ta, tb, out):
     operator as it acts, ``tb`` of the right-hand side; either may be Zero)."""
     if is_zero(ta):
         return tb
-    ax = _matmul(ta, out)
+    ax = matmul_stack(ta, out)
     return ops.negative(ax) if is_zero(tb) else ops.subtract(tb, ax)
 
 
 def _solve_vjp(ct, primals, out):
     """gb = a^-T ct and ga = -gb x^T (summed over the columns of a matrix b)."""
     a, _ = primals
-    gb = bind("solve", _mT(a), ct)
+    gb = bind("solve", mT(a), ct)
     batch = tuple(range(a.ndim - 2))
     cols = tuple(range(a.ndim - 1, out.ndim))  # empty for vectors: an outer product
-    ga = _dot(gb, out, ((cols, cols), (batch, batch)))
+    ga = dot(gb, out, ((cols, cols), (batch, batch)))
     return [ops.negative(ga), gb]
 
 
 register(Primitive(
     "solve", shape_rule=_solve_shape, impl=_solve_impl,
-    jvp=_solve_jvp, vjp=_solve_vjp, batch=_broadcast_batch("solve"),
+    jvp=_solve_jvp, vjp=_solve_vjp, batch=broadcast_batch("solve"),
 ))
 
 
@@ -267,7 +270,7 @@ def _triangular_jvp(primals, tangents, out, *, lower, transpose_a):
         return Zero(out.shape, out.dtype)
     if not is_zero(ta):
         ta = _triangle(ta, lower)
-        ta = _mT(ta) if transpose_a else ta
+        ta = mT(ta) if transpose_a else ta
     return bind("triangular_solve", a, _tangent_rhs(ta, tb, out), lower=lower,
                 transpose_a=transpose_a)
 
@@ -280,20 +283,20 @@ def _triangular_vjp(ct, primals, out, *, lower, transpose_a):
     batch = tuple(range(a.ndim - 2))
     cols = tuple(range(a.ndim - 1, out.ndim))  # empty for vectors: an outer product
     left, right = (out, gb) if transpose_a else (gb, out)
-    ga = _dot(left, right, ((cols, cols), (batch, batch)))
+    ga = dot(left, right, ((cols, cols), (batch, batch)))
     return [ops.negative(_triangle(ga, lower)), gb]
 
 
 register(Primitive(
     "triangular_solve", shape_rule=_triangular_shape, impl=_triangular_impl,
-    jvp=_triangular_jvp, vjp=_triangular_vjp, batch=_broadcast_batch("triangular_solve"),
+    jvp=_triangular_jvp, vjp=_triangular_vjp, batch=broadcast_batch("triangular_solve"),
 ))
 
 
 # -- cholesky -------------------------------------------------------------------------------------
 
 def _cholesky_shape(a):
-    _check_square(a, "cholesky")
+    check_square(a, "cholesky")
     return tuple(a.shape), a.dtype, a.weak
 
 
@@ -311,20 +314,20 @@ def _cholesky_jvp(primals, tangents, out):
         return Zero(out.shape, out.dtype)
     # L^-1 dA L^-T, through two triangular solves with L.
     tmp = bind("triangular_solve", out, ta, lower=True, transpose_a=False)
-    inner = _mT(bind("triangular_solve", out, _mT(tmp), lower=True, transpose_a=False))
-    return _matmul(out, _phi(inner))
+    inner = mT(bind("triangular_solve", out, mT(tmp), lower=True, transpose_a=False))
+    return matmul_stack(out, _phi(inner))
 
 
 def _cholesky_vjp(ct, primals, out):
     """S = L^-T phi(L^T ct) L^-1, symmetrised: the input is read as a symmetric matrix."""
-    p = _phi(_matmul(_mT(out), ct))
+    p = _phi(matmul_stack(mT(out), ct))
     tmp = bind("triangular_solve", out, p, lower=True, transpose_a=True)
-    s = _mT(bind("triangular_solve", out, _mT(tmp), lower=True, transpose_a=True))
-    return [ops.multiply(0.5, ops.add(s, _mT(s)))]
+    s = mT(bind("triangular_solve", out, mT(tmp), lower=True, transpose_a=True))
+    return [ops.multiply(0.5, ops.add(s, mT(s)))]
 
 
 register(Primitive(
     "cholesky", shape_rule=_cholesky_shape,
-    impl=lambda a: _stacked(np.linalg.cholesky, a.shape, a),
-    jvp=_cholesky_jvp, vjp=_cholesky_vjp, batch=_broadcast_batch("cholesky"),
+    impl=lambda a: stacked(np.linalg.cholesky, a.shape, a),
+    jvp=_cholesky_jvp, vjp=_cholesky_vjp, batch=broadcast_batch("cholesky"),
 ))
