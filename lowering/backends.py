@@ -34,7 +34,7 @@ def _cpu_compile(graph, device, options):
 
 def _cpu_source(graph, device):
     from .numba_cpu import module_source
-    return module_source(graph)[0]
+    return "\n".join(module_source(graph)[0])
 
 
 def _cpu_check(graph, device):

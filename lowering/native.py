@@ -22,7 +22,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 import numpy as np
 
 __all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
-           "linked_objects"]
+           "linked_objects", "sequence", "resolver"]
 
 
 def _offset(obj, target):
@@ -169,6 +169,33 @@ def blas_symbols():
     return _blas
 
 
+# SciPy's LAPACK (``cython_lapack``): the float64 decompositions the CPU back end calls for
+# larger matrices when SciPy is installed (numba_cpu/lapack.py); empty without SciPy
+_lapack = None
+_LAPACK_MODULE = "scipy.linalg.cython_lapack"
+LAPACK_ROUTINES = ("dsyevd", "dgesdd", "dgetrf", "dgetrs")
+
+
+def lapack_symbols():
+    """``{"quabla_dsyevd": address, ...}``: the Fortran routines of ``LAPACK_ROUTINES`` that
+    SciPy's ``cython_lapack`` exports, found as ``blas_symbols`` finds dgemm (empty without
+    SciPy, or if its integers are not 32-bit)."""
+    global _lapack
+    with _lock:
+        if _lapack is None:
+            _lapack = {}
+            module = sys.modules.get(_LAPACK_MODULE) or _load_extension(_LAPACK_MODULE)
+            for routine in LAPACK_ROUTINES if module is not None else ():
+                capsule = module.__pyx_capi__[routine]
+                signature = _capsule_name(capsule)
+                if b"int *" not in signature or b"long" in signature:
+                    _lapack = {}
+                    break
+                _lapack[f"quabla_{routine}"] = _capsule_pointer(capsule, signature)
+            _extensions.append(module)
+    return _lapack
+
+
 _capsule_name = ctypes.pythonapi.PyCapsule_GetName
 _capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -199,12 +226,26 @@ def _load_extension(name):
     return module
 
 
+_resolvers = {}  # symbol prefix -> the function giving such a symbol's address
+
+
+def resolver(prefix, find):
+    """Symbols starting with ``prefix`` are where ``find(symbol)`` says (code of this package
+    that objects call by name, such as numba_cpu/external.py's kernels)."""
+    _resolvers[prefix] = find
+
+
 def _address(name):
     """Where symbol ``name`` lives in this process."""
+    for prefix, find in _resolvers.items():
+        if name.startswith(prefix):
+            return find(name)
     if name.startswith("numba_") and name in _numba_helpers():
         return _numba_helpers()[name]
     if name.startswith("quabla_") and name in blas_symbols():
         return blas_symbols()[name]
+    if name.startswith("quabla_") and name in lapack_symbols():
+        return lapack_symbols()[name]
     if name.startswith("NRT_") and name not in _NRT_STANDINS:
         raise LoadError(f"needs Numba's runtime ({name})")
     if not _libraries:
@@ -224,10 +265,10 @@ class _Linked:
 
     __slots__ = ("engine", "__weakref__")
 
-    def __init__(self, object_code, symbols):
+    def __init__(self, object_code, addresses):
         llvm = _binding()
-        for name in symbols:  # all resolved before the engine sees the object
-            llvm.add_symbol(name, _address(name))
+        for name, address in addresses.items():  # all resolved before the engine sees it
+            llvm.add_symbol(name, address)
         target = llvm.Target.from_default_triple().create_target_machine()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
@@ -246,14 +287,48 @@ def load(object_code, entry, symbols):
     is in it. The code stays linked while someone holds the handle; an identical object
     loaded meanwhile (another function compiled to the same program) shares it."""
     digest = hashlib.sha256(object_code).digest()
+    addresses = {name: _address(name) for name in symbols}  # (a resolver may load code)
     with _lock:
         linked = _linked.get(digest)
         if linked is None:
-            linked = _linked[digest] = _Linked(object_code, symbols)
+            linked = _linked[digest] = _Linked(object_code, addresses)
         address = linked.engine.get_function_address(entry)
     if not address:
         raise LoadError(f"no symbol {entry} in the object")
     return linked, address
+
+
+class _Sequence:
+    """A function calling the entries of a program's parts in order, compiled from a few lines
+    of LLVM IR (not cached: it names this process's addresses). It holds the parts' code."""
+
+    __slots__ = ("engine", "parts", "tables", "__weakref__")
+
+    def __init__(self, parts, tables):
+        llvm = _binding()
+        calls = "".join(
+            f"  %f{k} = inttoptr i64 {address} to void (i8*, i64*)*\n"
+            f"  %t{k} = inttoptr i64 {table.ctypes.data} to i64*\n"
+            f"  call void %f{k}(i8* %args, i64* %t{k})\n"
+            for k, ((_, address), table) in enumerate(zip(parts, tables)))
+        ir = f"define void @quabla_sequence(i8* %args) {{\n{calls}  ret void\n}}\n"
+        target = llvm.Target.from_default_triple().create_target_machine()
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
+        self.engine.finalize_object()
+        self.parts = [handle for handle, _ in parts]
+        self.tables = tables  # read by the parts on every call
+        finalizer = weakref.finalize(self, _close, self.engine)
+        finalizer.atexit = False
+
+
+def sequence(parts, tables):
+    """``(handle, address)`` of one entry ``void entry(args)`` that calls the functions
+    ``void part(args, int64 *table)`` of ``parts`` (``(handle, address)`` each, as ``load``
+    gives) in order, each with its table (an int64 array, held as long as the handle)."""
+    with _lock:
+        held = _Sequence(parts, tables)
+        address = held.engine.get_function_address("quabla_sequence")
+    return held, address
 
 
 def linked_objects():

@@ -72,9 +72,8 @@ def _check(out, x, w, offset):
 
 
 def _entry_files(graph):
-    key = cache.entry_key(module_source(graph)[0])
-    return [p for suffix in (".o", ".manifest.json")
-            for p in glob.glob(os.path.join(cache.cache_dir(), key + suffix))]
+    return [p for source in module_source(graph)[0] for suffix in (".o", ".manifest.json")
+            for p in glob.glob(os.path.join(cache.cache_dir(), cache.entry_key(source) + suffix))]
 
 
 def test_interpreter_answers_first_then_native_code(caplog):

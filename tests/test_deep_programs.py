@@ -43,7 +43,7 @@ def _compiled_against_interpreter(fn, *args):
     values = [leaf.numpy() for leaf in qb.tree.leaves(args)]
     expected = evaluate(graph, values)
     actual = compile_graph(graph, {}).run(*values)
-    source = module_source(graph)[0]
+    source = "\n".join(module_source(graph)[0])
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(a, e, **TOL)

@@ -21,6 +21,7 @@ from quabla.errors import UnsupportedOperationError
 from ..loopnest.buffers import PRIVATE, dtype_of
 from ..loopnest.schedule import fused
 from . import linalg, regions, structural  # noqa: F401  (they fill the lowering table)
+from . import parts
 from .emitter import Emitter
 from .linalg import BLAS_THRESHOLD
 from .passes import check_integers, phased, private_buffers, views
@@ -32,7 +33,9 @@ __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", 
 
 FUNCTION_NAME = "quabla_entry"
 # the array kernels (kernels.py) the entry may call on carray views
-KERNELS = ("_matmul", "_solve", "_cholesky", "_triangular_solve", "_sort")
+KERNELS = ("_solve", "_cholesky", "_triangular_solve", "_sort", "_slogdet", "_eigh",
+           "_svd", "_qr", "_eigh_lapack", "_svd_lapack", "_slogdet_lapack",
+           "_solve_lapack")
 
 
 def lowers(op):
@@ -48,12 +51,14 @@ def check_supported(graph, device="cpu"):
             raise UnsupportedOperationError(op=node.op, device=device)
 
 
-def generate(graph, n_threads=1):
-    """Returns ``(body_source, constants, buffers, phases)``: the entry function's source, the
-    constant arrays, the scratch buffers (``(dtype name, elements)`` each) that follow the
-    inputs and results in its argument tuple, and ``phases``: None for an entry called once,
-    else the control rows of a threaded entry's calls (``_phased``): ``[before the loop]``,
-    one per thread, ``[after it]``."""
+def generate(graph, n_threads=1, part_lines=None):
+    """Returns ``(bodies, constants, buffers, phases, tables)``: the source of each part of the
+    entry (``parts.split``; one for most programs, called in order), the constant arrays, the
+    scratch buffers (``(dtype name, elements)`` each) that follow the inputs and results in
+    the argument tuple, ``phases``: None for an entry called once, else the control rows
+    of a threaded entry's calls (``_phased``): ``[before the loop]``, one per thread,
+    ``[after it]``, and ``tables``: for an entry in parts, each part's integers
+    (``parts.canonical``: its second argument), else empty."""
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
     targets = [argument(n_in + k, nodes[o].dtype) + "[0]" if nodes[o].shape == () else f"r{k}"
@@ -74,25 +79,35 @@ def generate(graph, n_threads=1):
         dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
         prologue.append(Assign(f"c{k}", argument(first + k, Named(dtype))))
     first += len(e.constants)
-    body, phases = e.code.items, None
+    bodies, phases = [e.code.items], None
     if e.threaded is not None:
         split = phased(e, graph, first)
         if split is None:  # something crosses the loop that a phase cannot take over
-            return generate(graph, n_threads=1)
-        body, phases = split
+            return generate(graph, n_threads=1, part_lines=part_lines)
+        bodies, phases = [split[0]], split[1]
+    else:
+        bodies = parts.split(e, graph, e.code.items, part_lines)
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
-    named = names(body)
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
-    prologue += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
-                       if var in named and name in shared],  # an unused view costs compile time
-                      starts)
-    if phases is not None:
-        control = first + len(shared) + e.threads * len(private_buffers(e))
-        prologue.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
-    lines = render(prologue + body)
-    check_integers(lines)
-    head = f"def {FUNCTION_NAME}(args):"
+    sources, tables = [], []
+    for body in bodies:
+        named = names(body)
+        own = [item for item in prologue if item.targets[0] in named]
+        own += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
+                      if var in named and name in shared],  # an unused view costs compile time
+                     starts)
+        if phases is not None:
+            control = first + len(shared) + e.threads * len(private_buffers(e))
+            own.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
+        lines = render(own + body)
+        check_integers(lines)
+        params = "args"
+        if len(bodies) > 1:  # a part: the same text wherever its program put things
+            lines, table = parts.canonical(lines)
+            params = "args, tab"
+            tables.append(table)
+        sources.append("\n".join([f"def {FUNCTION_NAME}({params}):"] + lines) + "\n")
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in private_buffers(e)]
-    return "\n".join([head] + lines) + "\n", e.constants, buffers, phases
+    return sources, e.constants, buffers, phases, tables

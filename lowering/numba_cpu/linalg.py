@@ -1,7 +1,9 @@
 """Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest, the
-runtime's ``_matmul``, or BLAS through ``runtime._gemm`` for large products when SciPy is
-installed), and ``solve``, ``cholesky``, ``triangular_solve`` over the matrices of a stack
-through the kernels of ``kernels.py``."""
+product kernel of ``external.py`` called by symbol, or BLAS through ``runtime._gemm`` for large products when SciPy is
+installed), and ``solve``, ``cholesky``, ``triangular_solve`` and the decompositions
+(``slogdet``, ``eigh``, ``svd``, ``qr``) over the matrices of a stack through the kernels of
+``kernels.py`` (for larger matrices ``slogdet``, ``eigh`` and ``svd`` through SciPy's LAPACK
+when it is installed: ``lapack.py``)."""
 
 import math
 import os
@@ -9,6 +11,7 @@ import os
 from .. import native
 from ..loopnest.products import product
 from ..loopnest.templates import literal
+from .lapack import LAPACK_MIN, gesdd_work, lapack_available, syevd_sizes
 from .source import FLOAT64, node_id
 from .table import register
 
@@ -21,7 +24,7 @@ BLAS_THRESHOLD = 1 << 18
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
 # Products without BLAS of at most this many multiply-adds are emitted as plain loops: the
-# first call of the runtime's _matmul costs a Numba compile of its own (~0.4 s).
+# product kernel (external.py) costs a compile of its own once per cache (~0.3 s).
 SMALL_LOOP = 4096
 
 
@@ -82,9 +85,7 @@ def dot_general(e, node, out, args, dimension_numbers):
         elif B * M * K * N <= SMALL_LOOP:
             small_product(e, a, b, target, (B, M, K, N), node.dtype)
         else:
-            views = [f"carray({v}, {shape})" for v, shape in
-                     zip((a, b, target), ((B, M, K), (B, K, N), (B, M, N)))]
-            e.emit(f"_matmul({', '.join(views)})")
+            e.emit(f"_matmul_{node.dtype.name}({a}, {b}, {target}, {B}, {M}, {K}, {N})")
     if accumulate:
         e.loops((B * M * N,), f"{t}[i0] += {target}[i0]")
     else:
@@ -93,8 +94,8 @@ def dot_general(e, node, out, args, dimension_numbers):
 
 def small_product(e, a, b, out, dims, dtype):
     """``out`` = (B, M, K) x (B, K, N) as a plain loop nest summing over k in order (as
-    ``_matmul`` does, so the same bits): cheaper to compile than a first call of
-    ``_matmul``, and as fast for products this small."""
+    the product kernel does, so the same bits): cheaper than that kernel's first compile,
+    and as fast for products this small."""
     B, M, K, N = dims
     acc = f"{out}s"
     e.loop("i0", B)
@@ -173,6 +174,10 @@ def solve(e, node, out, args):
     rank = len(e.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
     n = node.shape[rank - 2]
     m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
+    if n >= LAPACK_MIN and lapack_available():
+        stacked(e, "_solve_lapack", node, out, args, [(n, n), (n, m), (n, m)],
+                [(f"t{out}lu", (n, n)), (f"t{out}x", (m, n)), (f"t{out}p", (n,))])
+        return
     stacked(e, "_solve", node, out, args, [(n, n), (n, m), (n, m)],
             [(f"t{out}lu", (n, n)), (f"t{out}x", (n, m))])
 
@@ -206,5 +211,51 @@ def stacked(e, kernel, node, out, args, matrices, workspaces, flags=()):
     e.emit(f"{kernel}({', '.join(views + names)})", 2)
 
 
+def slogdet(e, node, out, args):
+    n = e.nodes[node.operands[0]].shape[-1]
+    if n >= LAPACK_MIN and lapack_available():
+        stacked(e, "_slogdet_lapack", node, out, args, [(n, n), (2,)],
+                [(f"t{out}lu", (n, n)), (f"t{out}p", (n,))])
+        return
+    stacked(e, "_slogdet", node, out, args, [(n, n), (2,)], [(f"t{out}lu", (n, n))])
+
+
+def eigh(e, node, out, args, lower, vectors):
+    """Eigenvalues alone are written as a one-row matrix: the kernel tells by out's rows."""
+    n = e.nodes[node.operands[0]].shape[-1]
+    packed = (n + 1, n) if vectors else (1, n)
+    if n >= LAPACK_MIN and lapack_available():
+        lwork, liwork = syevd_sizes(n)
+        stacked(e, "_eigh_lapack", node, out, args, [(n, n), packed],
+                [(f"t{out}w", (n, n)), (f"t{out}k", (n + lwork + liwork,))],
+                flags=(lower, lwork, liwork))
+        return
+    stacked(e, "_eigh", node, out, args, [(n, n), packed],
+            [(f"t{out}w", (n, n)), (f"t{out}v", (n, n))], flags=(lower,))
+
+
+def svd(e, node, out, args, full_matrices, compute_uv):
+    m, n = e.nodes[node.operands[0]].shape[-2:]
+    r, k = max(m, n), min(m, n)
+    packed = tuple(node.shape[-2:]) if compute_uv else (1, k)
+    if k >= LAPACK_MIN and lapack_available():
+        jobz = 0 if not compute_uv else 2 if full_matrices else 1
+        ku, kv = (m, n) if jobz == 2 else (k, k) if jobz else (1, 1)
+        lwork = gesdd_work(m, n)
+        stacked(e, "_svd_lapack", node, out, args, [(m, n), packed],
+                [(f"t{out}t", (m, n)), (f"t{out}s", (k,)), (f"t{out}u", (kv, n)),
+                 (f"t{out}v", (m, ku)), (f"t{out}k", (lwork + 8 * k,))], flags=(jobz, lwork))
+        return
+    stacked(e, "_svd", node, out, args, [(m, n), packed],
+            [(f"t{out}w", (r, k)), (f"t{out}s", (k, k)), (f"t{out}l", (r, r))])
+
+
+def qr(e, node, out, args, complete):
+    m, n = e.nodes[node.operands[0]].shape[-2:]
+    stacked(e, "_qr", node, out, args, [(m, n), tuple(node.shape[-2:])],
+            [(f"t{out}r", (m, n)), (f"t{out}q", (m, m)), (f"t{out}t", (min(m, n),))])
+
+
 register({"dot_general": dot_general, "solve": solve, "cholesky": cholesky,
-          "triangular_solve": triangular_solve})
+          "triangular_solve": triangular_solve, "slogdet": slogdet, "eigh": eigh, "svd": svd,
+          "qr": qr})

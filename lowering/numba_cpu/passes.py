@@ -8,9 +8,9 @@ import re
 from ..loopnest.buffers import PRIVATE, dtype_of
 from . import threads
 from .source import Named, argument
-from .statements import Assign, Block, assigned, assignments, names
+from .statements import Assign, Block, assigned, assignments, exposed, names
 
-__all__ = ["check_integers", "views", "phased", "private_buffers"]
+__all__ = ["check_integers", "views", "phased", "private_buffers", "Handover"]
 
 
 def check_integers(lines):
@@ -52,57 +52,85 @@ def _thread_buffer(k, thread):
     return f"wt{k}" if thread is None else f"wt{k}_{thread}"
 
 
-def phased(e, graph, first):
-    """The body of a threaded entry: ``ctl[0]`` picks the phase. Phase 0 runs what comes before
-    the tile loop; phase 1, on thread ``ctl[1]``, runs tiles from row ``ctl[2]`` to ``ctl[3]``
-    with that thread's scratch; phase 2 combines the threads' partials and runs the rest. What
-    a later phase reads from an earlier one is taken over: views again, a literal again,
-    any other 0-d value through a slot of shared scratch. Returns ``(statements, control rows)``,
-    or None if something else would cross (an array variable rebound in a loop)."""
-    nodes = graph.nodes
-    a, b = e.split
-    pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]
-    top, rebound = {}, set()  # names bound once at the top level; names bound otherwise
-    for item in pre:
-        if isinstance(item, Assign) and len(item.targets) == 1:
-            top.setdefault(item.targets[0], []).append(item)
-        else:
-            rebound |= assigned([item])
-    post_assigned = {item.targets[0] for item in assignments(post) if len(item.targets) == 1}
-    if (assigned(loop) & names(post)) - post_assigned:
-        return None
-    defined = set(top) | rebound
-    replay, spills = {}, {}   # name -> its one assignment; name -> (dtype, offset of its slot)
+class Handover:
+    """What a later part of an entry reads from the statements before it, given to it again:
+    a view or an alias of one (its one assignment replayed), a literal (replayed), any other
+    0-d value through a slot of shared scratch (``spills``: name -> dtype; ``allocate`` makes
+    the slots, the earlier part stores the value there: ``stores``). An array variable rebound before (which array
+    it is depends on the run) cannot be handed over."""
 
-    def take_over(block):
-        """The statements that give ``block`` what it reads from before the loop (None: cannot)."""
-        needed, todo = set(), sorted(names(block) & defined)
+    def __init__(self, e, graph):
+        self.e, self.nodes = e, graph.nodes
+        self.before = []                 # the statements before, in order
+        self.top, self.rebound = {}, set()  # names bound once at the top level; otherwise
+        self.spills = {}
+
+    def add(self, items):
+        """``items`` now come before the parts still to hand over to."""
+        self.before += items
+        for item in items:
+            if isinstance(item, Assign) and len(item.targets) == 1:
+                self.top.setdefault(item.targets[0], []).append(item)
+            else:
+                self.rebound |= assigned([item])
+
+    def take_over(self, block):
+        """The statements that give ``block`` what it reads from before (None: cannot)."""
+        defined = set(self.top) | self.rebound
+        replay, spills = {}, {}
+        needed, todo = set(), sorted(exposed(block) & defined)
         while todo:
             name = todo.pop()
             if name in needed:
                 continue
             needed.add(name)
-            defs = top.get(name, [])
-            value = defs[0].value if len(defs) == 1 and name not in rebound else None
-            if name in e.shapes or (value is not None and _LITERAL.match(value)):
+            defs = self.top.get(name, [])
+            value = defs[0].value if len(defs) == 1 and name not in self.rebound else None
+            if name in self.e.shapes or (value is not None and _LITERAL.match(value)):
                 if value is None:
                     return None  # an array variable rebound: which array it is depends on the run
                 replay[name] = defs[0]
                 todo += sorted(names([value]) & defined)
-            elif name[0] == "v" and name[1:].isdigit() and int(name[1:]) < len(nodes) \
-                    and nodes[int(name[1:])].shape == ():
-                if name not in spills:
-                    dtype = nodes[int(name[1:])].dtype.name
-                    spills[name] = (dtype, e.plan.append(dtype, 1))
+            elif name[0] == "v" and name[1:].isdigit() and int(name[1:]) < len(self.nodes) \
+                    and self.nodes[int(name[1:])].shape == ():
+                if name not in self.spills:
+                    spills[name] = self.nodes[int(name[1:])].dtype.name
             else:
                 return None
+        self.spills.update(spills)
         chosen = {id(replay[n]) for n in needed if n in replay}
-        return ([item for item in pre if id(item) in chosen]
-                + [Assign(n, f"sp{n}[0]") for n in sorted(needed) if n in spills])
+        return ([item for item in self.before if id(item) in chosen]
+                + [Assign(n, f"sp{n}[0]") for n in sorted(needed) if n in self.spills])
 
+    def allocate(self):
+        """A slot of shared scratch for each spilled value (once the parts are settled)."""
+        for name, dtype in self.spills.items():
+            self.e.slots.append((f"sp{name}", dtype, self.e.plan.append(dtype, 1), (1,)))
+
+    def stores(self, items):
+        """The statements that keep the spilled values ``items`` bind for the parts after."""
+        return [f"sp{n}[0] = {n}" for n in sorted(assigned(items) & set(self.spills))]
+
+
+def phased(e, graph, first):
+    """The body of a threaded entry: ``ctl[0]`` picks the phase. Phase 0 runs what comes before
+    the tile loop; phase 1, on thread ``ctl[1]``, runs tiles from row ``ctl[2]`` to ``ctl[3]``
+    with that thread's scratch; phase 2 combines the threads' partials and runs the rest. What
+    a later phase reads from an earlier one is handed over (``Handover``). Returns
+    ``(statements, control rows)``, or None if something else would cross (an array variable
+    rebound in a loop)."""
+    a, b = e.split
+    pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]
+    post_assigned = {item.targets[0] for item in assignments(post) if len(item.targets) == 1}
+    if (assigned(loop) & names(post)) - post_assigned:
+        return None
+    handover = Handover(e, graph)
+    handover.add(pre)
+    take_over = handover.take_over
     into_loop, into_post = take_over(loop), take_over(post)
     if into_loop is None or into_post is None:
         return None
+    handover.allocate()
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
     private = private_buffers(e)
     base = first + len(shared)
@@ -121,9 +149,7 @@ def phased(e, graph, first):
     parts = views([(var, _thread_buffer(private.index(name), t), start)
                     for var, name, start, _, t in e.partials],
                    {k: v for t in range(e.threads) for k, v in pointers(t).items()})
-    for name, (dtype, start) in spills.items():
-        e.slots.append((f"sp{name}", dtype, start, (1,)))
-    stores = [f"sp{n}[0] = {n}" for n in sorted(spills)]
+    stores = [f"sp{n}[0] = {n}" for n in sorted(handover.spills)]
     body = [Block("if ctl[0] == 0:", pre + stores),
             Block("elif ctl[0] == 1:", [Assign("thread", "ctl[1]")] + own + into_loop + loop),
             Block("else:", into_post + parts + post)]

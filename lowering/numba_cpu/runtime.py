@@ -589,6 +589,13 @@ def _ndtri(x):
     return _rounded_like(x, _quantile64(_cast_float64(x), 0))
 
 
+# Products without BLAS: kernels compiled once and called by symbol (external.py)
+_matmul_float64, _matmul_float32 = (
+    types.ExternalFunction(f"quabla_k_matmul_{name}",
+                           types.void(*(types.CPointer(dtype),) * 3, *(types.int64,) * 4))
+    for name, dtype in (("float64", types.float64), ("float32", types.float32)))
+
+
 __all__ = [name for name in dir() if name.startswith("_") and not name.startswith("__")
            and name not in ("_float_helper", "_double", "_widened", "_intrinsic_call",
                             "_libm_call", "_negated", "_positive_part", "_extremum",

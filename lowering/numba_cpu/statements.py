@@ -17,7 +17,8 @@ binds each element offset it computes more than once to a local first (``bound_o
 import itertools
 import re
 
-__all__ = ["Assign", "Loop", "Block", "Code", "render", "assignments", "assigned", "names"]
+__all__ = ["Assign", "Loop", "Block", "Code", "render", "assignments", "assigned", "names",
+           "exposed"]
 
 
 class Assign:
@@ -111,6 +112,27 @@ def names(items):
             found.update(_NAME.findall(f"{item.var} {item.start} {item.stop} {item.step}"))
         else:
             found.update(_NAME.findall(item.header if isinstance(item, Block) else str(item)))
+    return found
+
+
+def exposed(items, bound=frozenset()):
+    """The names ``items`` may read before binding them (reads of values from before
+    ``items``), given the names ``bound`` already. Only top-level assignments bind for the
+    statements after them: a loop may not run and a block may not be taken, so what they bind
+    counts inside them only (in order: a loop-carried read is exposed)."""
+    found, bound = set(), set(bound)
+    for item in items:
+        if isinstance(item, Assign):
+            found |= set(_NAME.findall(item.value)) - bound
+            bound.update(item.targets)
+        elif isinstance(item, Loop):
+            found |= set(_NAME.findall(f"{item.start} {item.stop} {item.step}")) - bound
+            found |= exposed(item.body, bound | {item.var})
+        elif isinstance(item, Block):
+            found |= set(_NAME.findall(item.header)) - bound
+            found |= exposed(item.body, bound)
+        else:
+            found |= set(_NAME.findall(str(item))) - bound
     return found
 
 

@@ -150,11 +150,12 @@ class Entry:
         self.address = library.get_pointer_to_function(native_name)
 
 
-def entry(pipeline_class, nrt=False):
+def entry(pipeline_class, nrt=False, args=(types.voidptr,)):
     """A decorator that compiles ``def f(args)`` as a C function ``void f(void *)`` for this
-    target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target. An entry
-    allocates nothing; one that makes arrays (``carray`` views for the kernels) needs ``nrt``:
-    Numba then counts their references."""
+    target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target (or a C
+    function of the Numba types ``args``: external.py's kernels). An entry allocates nothing;
+    one that makes arrays (``carray`` views for the kernels) needs ``nrt``: Numba then counts
+    their references."""
     def compile_entry(function):
         flags = compiler.Flags()
         cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
@@ -167,7 +168,7 @@ def entry(pipeline_class, nrt=False):
         with global_compiler_lock, target_override(NAME):
             result = compiler.compile_extra(
                 _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
-                args=(types.voidptr,), return_type=types.void, flags=flags, locals={},
+                args=tuple(args), return_type=types.void, flags=flags, locals={},
                 pipeline_class=pipeline_class)
             return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name)
     return compile_entry

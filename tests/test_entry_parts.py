@@ -1,0 +1,142 @@
+"""Entries cut into parts (lowering/numba_cpu/parts.py) and the kernels entries call by symbol
+(lowering/numba_cpu/external.py): every program of the device corpus's whole-program and
+control-flow cases, cut into parts of a few lines, gives the interpreter's results, called
+twice and again when its parts are linked from the cache in place of compiling; a part of
+the cache that is tampered with is compiled again; a program that shares its first parts with
+one compiled before compiles only the rest.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import quabla as qb
+import device_cases
+from lowering import cache
+from lowering.numba_cpu import load_cached, module_source, parts
+from quabla.core.interpret import evaluate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WHOLE_PROGRAMS = {case.name: case for case in device_cases.cases()
+                  if not case.name.startswith(("abs-", "add-", "sub", "mul", "div"))}
+NAMES = ["grad", "value_and_grad-energy", "vjp", "vmap-solve", "jacobian-reverse", "hessian",
+         "pinn-value_and_grad", "reduce-all-axes", "scan", "fori_loop", "while_loop", "cond",
+         "cond-vmap", "dynamic_update_add", "remat-value_and_grad"]
+ONE_REGION = ("fori_loop", "while_loop")  # a single top-level statement: nothing to cut
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    monkeypatch.setattr(parts, "PART_LINES", 6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_program_cut_in_parts_gives_the_interpreter_s_results(small_parts, name):
+    case = WHOLE_PROGRAMS[name]
+    graph = qb.jit(case.fn).lower(*case.args).graph
+    sources = module_source(graph)[0]
+    assert (len(sources) > 1) == (name not in ONE_REGION), f"{name}: {len(sources)} parts"
+    device_cases.check("cpu", case)  # compiled: every part, then called twice
+    warm = load_cached(graph)        # every part linked from the cache
+    assert warm is not None
+    values = [np.asarray(leaf) for leaf in qb.tree.flatten(case.args)[0]]
+    for actual, expected in zip(warm(*values), evaluate(graph, values)):
+        np.testing.assert_allclose(np.asarray(actual), expected, **device_cases.TOL)
+
+
+def _mlp_loss(extra_term):
+    def loss(ws, x):
+        h = x
+        for w in ws:
+            h = qb.tanh(h @ w)
+        out = qb.sum(h ** 2)
+        return out + qb.sum(qb.sin(h)) if extra_term else out
+    return loss
+
+
+def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts, monkeypatch):
+    """Parts are cut where their content says and written without their program's names
+    and offsets (parts.canonical), so an edited program (one more loss term) shares parts
+    with the original: compiled after it, it compiles fewer parts than it has."""
+    import lowering.numba_cpu as cpu
+
+    monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
+    compiled = []
+    original = cpu._compile
+    monkeypatch.setattr(cpu, "_compile", lambda key, *a: compiled.append(key) or original(key, *a))
+    rng = np.random.default_rng(5)
+    ws = [qb.array(rng.normal(size=(6, 6))) for _ in range(4)]
+    x = qb.array(rng.normal(size=(40, 6)))
+    qb.jit(qb.grad(_mlp_loss(False)))(ws, x)
+    before = len(compiled)
+    edited = qb.jit(qb.grad(_mlp_loss(True)))
+    result = edited(ws, x)
+    graph = edited.lower(ws, x).graph
+    n_parts = len(module_source(graph)[0])
+    assert n_parts > 2 and len(compiled) - before < n_parts, (n_parts, len(compiled) - before)
+    expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
+    for ours, theirs in zip(result, expected):
+        np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+
+
+def test_a_tampered_part_is_compiled_again(small_parts):
+    case = WHOLE_PROGRAMS["pinn-value_and_grad"]
+    graph = qb.jit(case.fn).lower(*case.args).graph
+    device_cases.check("cpu", case)
+    sources = module_source(graph)[0]
+    key = cache.entry_key(sources[len(sources) // 2])
+    stored = cache.read_object(key)
+    assert stored is not None
+    target = os.path.join(cache.cache_dir(), key + ".o")
+    with open(target, "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00" * 8)
+    assert cache.read_object(key) is None  # it no longer verifies
+    assert load_cached(graph) is None      # so the program is not linked from the cache
+    device_cases.check("cpu", case)        # and compiles that part again
+
+
+def test_products_call_one_kernel_and_keep_the_order_of_the_sum():
+    """Products without BLAS above the loop-nest size call external.py's kernel, which sums
+    every element over k in order: the bits of a plain loop (float64 and float32), with a
+    batch and rows not a multiple of four."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32):
+        a = rng.normal(size=(2, 7, 300)).astype(dtype)
+        b = rng.normal(size=(2, 300, 5)).astype(dtype)
+        f = qb.jit(lambda a, b: a @ b)
+        assert f"_matmul_{np.dtype(dtype).name}(" in f.lower(a, b).source
+        expected = np.zeros((2, 7, 5), dtype)
+        for k in range(300):
+            expected += a[:, :, k:k + 1] * b[:, k:k + 1, :]
+        np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
+
+
+def test_a_warm_process_links_parts_and_kernels_without_numba(tmp_path):
+    """A second process runs a program cut in parts, with a product kernel, from the cache
+    alone: Numba is never imported."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import quabla as qb
+        from lowering.numba_cpu import parts
+        parts.PART_LINES = 12
+        rng = np.random.default_rng(1)
+        w = [rng.normal(size=(300, 8)), rng.normal(size=(8, 8))]
+        x = rng.normal(size=(9, 300))
+        f = qb.jit(qb.value_and_grad(lambda w, x: qb.sum(qb.tanh(qb.tanh(x @ w[0]) @ w[1]))))
+        value, grads = f(w, x)
+        print(repr(float(value)), float(np.sum(np.asarray(grads[0]))), "numba" in sys.modules)
+    """)
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    cold, warm = (run.stdout.split() for run in runs)
+    assert cold[:2] == warm[:2]
+    assert cold[2] == "True" and warm[2] == "False"
