@@ -1,5 +1,7 @@
 """Programs written the way users write them, each beside JAX (x64) in one run: cold first
-call, warm first call and steady step, with ratios and their geometric means (issue 23).
+call, warm first call, edit-and-rerun (the program with another loss term, run with its
+original's entries in the cache) and steady step, with ratios and their geometric means
+(issue 23).
 
     python benchmarks/corpus.py                    # every program
     python benchmarks/corpus.py pinn2d_deep burgers
@@ -64,6 +66,19 @@ class Quabla:
     def block(self, out):
         return out
 
+    def leaves(self, tree):
+        return self.qb.tree.leaves(tree)
+
+    edit = False
+
+    def edited(self, f):
+        """``f``, or in the edit phase ``f`` plus an L2 term on its first argument: the edit a
+        user makes most (another loss term), for edit-and-rerun."""
+        if not self.edit:
+            return f
+        return lambda first, *rest: f(first, *rest) + 1e-4 * sum(
+            self.np.sum(leaf * leaf) for leaf in self.leaves(first))
+
 
 class Jax:
     name = "jax"
@@ -109,6 +124,12 @@ class Jax:
     def block(self, out):
         return self.jax.block_until_ready(out)
 
+    def leaves(self, tree):
+        return self.jax.tree_util.tree_leaves(tree)
+
+    edit = False
+    edited = Quabla.edited
+
 
 LIBRARIES = {"quabla": Quabla, "jax": Jax}
 
@@ -147,7 +168,7 @@ def pinn2d_deep(L):
         return L.np.mean((f - src) ** 2)
 
     pts = _rng().uniform(0, 1, (512, 2))
-    return L.jit(L.value_and_grad(loss)), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
 
 
 def pinn3d_mixed(L):
@@ -163,7 +184,7 @@ def pinn3d_mixed(L):
         return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0, 0))(p, xs, ys, zs) ** 2)
 
     pts = _rng().uniform(0, 1, (256, 3))
-    return L.jit(L.value_and_grad(loss)), (params,) + tuple(L.array(pts[:, k]) for k in range(3))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params,) + tuple(L.array(pts[:, k]) for k in range(3))
 
 
 def burgers(L):
@@ -182,7 +203,7 @@ def burgers(L):
         return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0))(p, ts, xs) ** 2)
 
     pts = _rng().uniform(-1, 1, (256, 2))
-    return L.jit(L.value_and_grad(loss)), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
 
 
 def _pinn1d(L, first_layer):
@@ -197,7 +218,7 @@ def _pinn1d(L, first_layer):
         u_xx = L.vmap(L.grad(L.grad(net, 1), 1), in_axes=(None, 0))(p, xs)
         return L.np.mean((u_xx + PI**2 * L.np.sin(PI * xs)) ** 2)
 
-    return L.jit(L.value_and_grad(loss)), (params, L.array(_rng().uniform(0, 1, 512)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(_rng().uniform(0, 1, 512)))
 
 
 def mlp_reshape(L):
@@ -218,7 +239,7 @@ def mlp_broadcast_sum(L):
 def rosenbrock_hessian(L):
     """The dense Hessian of the 32-d Rosenbrock function."""
     f = lambda x: L.np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
-    return L.jit(L.hessian(f)), (L.array(_rng().uniform(-1, 1, 32)),)
+    return L.jit(L.hessian(L.edited(f))), (L.array(_rng().uniform(-1, 1, 32)),)
 
 
 def mlp_hvp(L):
@@ -227,7 +248,7 @@ def mlp_hvp(L):
     rng = _rng()
     x, y = L.array(rng.normal(size=(128, 8))), L.array(rng.normal(size=(128, 1)))
     loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
-    hvp = lambda p, v: L.jvp(L.grad(loss), (p,), (v,))[1]  # noqa: E731
+    hvp = lambda p, v: L.jvp(L.grad(L.edited(loss)), (p,), (v,))[1]  # noqa: E731
     return L.jit(hvp), (params, params)
 
 
@@ -245,7 +266,7 @@ def poisson_cg(L):
         u = L.cg(apply, s)
         return L.np.sum(u * u)
 
-    return L.jit(L.value_and_grad(loss)), (L.array(_rng().uniform(-1, 1, n)),)
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(_rng().uniform(-1, 1, n)),)
 
 
 def lotka_volterra(L):
@@ -260,7 +281,7 @@ def lotka_volterra(L):
         ys = L.odeint(f, L.array([1.0, 0.5]), t, theta)
         return L.np.sum((ys - 1.0) ** 2)
 
-    return L.jit(L.value_and_grad(loss)), (L.array([1.1, 0.4, 0.4, 0.1]),)
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array([1.1, 0.4, 0.4, 0.1]),)
 
 
 def scan_sin(L):
@@ -279,7 +300,7 @@ def scan_sin(L):
         _, energy = L.scan(step, (x0, 0.0 * x0), drives)
         return L.np.mean(energy)
 
-    return L.jit(L.value_and_grad(loss)), (L.array(1.3), L.array(_rng().uniform(-1, 1, 64)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(1.3), L.array(_rng().uniform(-1, 1, 64)))
 
 
 def per_example_grads(L):
@@ -296,7 +317,7 @@ def per_example_grads(L):
         onehot = L.np.where(L.np.equal(L.np.arange(10), label), 1.0, 0.0)  # qb: == is identity
         return -L.np.sum(onehot * logp)
 
-    return L.jit(L.vmap(L.grad(loss), in_axes=(None, 0, 0))), (params, x, labels)
+    return L.jit(L.vmap(L.grad(L.edited(loss)), in_axes=(None, 0, 0))), (params, x, labels)
 
 
 def train_adam(L):
@@ -308,7 +329,7 @@ def train_adam(L):
     loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
 
     def step(p, state):
-        value, grads = L.value_and_grad(loss)(p)
+        value, grads = L.value_and_grad(L.edited(loss))(p)
         p, state = update(p, grads, state)
         return value, p, state
 
@@ -325,7 +346,7 @@ def kernel_lsq(L):
 
     def step(alpha, velocity):
         objective = lambda a: L.np.mean((K @ a - target) ** 2) + 1e-3 * L.np.sum(a * a)  # noqa: E731
-        value, g = L.value_and_grad(objective)(alpha)
+        value, g = L.value_and_grad(L.edited(objective))(alpha)
         velocity = 0.9 * velocity - 0.01 * g
         return value, alpha + velocity, velocity
 
@@ -351,6 +372,7 @@ def child(impl, program, phase):
 
     t0 = time.perf_counter()
     lib = LIBRARIES[impl]()
+    lib.edit = phase == "edit"
     fn, args = PROGRAMS[program](lib)
     t1 = time.perf_counter()
     out = lib.block(fn(*args))
@@ -381,7 +403,10 @@ def measure(program, impls, timeout):
             cold = run.spawn(__file__, (impl, program, "cold"), cache, timeout)
             warm = (run.spawn(__file__, (impl, program, "warm"), cache, timeout)
                     if "error" not in cold else cold)
-            results[impl] = {"cold": cold, "warm": warm}
+            # the program with another loss term, its original's entries in the cache
+            edit = (run.spawn(__file__, (impl, program, "edit"), cache, timeout)
+                    if "error" not in cold else cold)
+            results[impl] = {"cold": cold, "warm": warm, "edit": edit}
     return results
 
 
@@ -390,17 +415,24 @@ def _get(results, impl, phase, key):
 
 
 def table(all_results, impls):
-    columns = [("cold", "first_call"), ("warm", "first_call"), ("warm", "step")]
-    names = ["cold", "warm", "step"]
+    columns = [("cold", "first_call"), ("warm", "first_call"), ("edit", "first_call"),
+               ("warm", "step")]
+    names = ["cold", "warm", "edit", "step"]
     head = ["program"] + [f"{impl} {name}" for name in names for impl in impls]
+    head += [f"{impl} edit/cold" for impl in impls]
     if len(impls) == 2:
-        head += ["cold ratio", "warm ratio", "step ratio", "agree"]
+        head += ["cold ratio", "warm ratio", "edit ratio", "step ratio", "agree"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     logs = {c: [] for c in columns}
     for program, results in all_results.items():
         row = [program]
         for phase, key in columns:
             row += [run.fmt_time(_get(results, impl, phase, key)) for impl in impls]
+        for impl in impls:
+            edit, cold = (_get(results, impl, phase, "first_call") for phase in ("edit", "cold"))
+            row.append(f"{edit / cold:.2f}" if edit and cold else "n/a")
+            if edit and cold:
+                logs.setdefault(impl, []).append(math.log(edit / cold))
         if len(impls) == 2:
             for column in columns:
                 a, b = (_get(results, impl, *column) for impl in impls)
@@ -411,9 +443,11 @@ def table(all_results, impls):
             row.append("yes" if sa and sb and all(
                 math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(sa, sb)) else "NO")
         lines.append(" | ".join(row))
-    if len(impls) == 2:
-        means = [f"{math.exp(sum(v) / len(v)):.2f}" if v else "n/a" for v in logs.values()]
-        lines.append(" | ".join(["geometric mean"] + [""] * (len(head) - 5) + means + [""]))
+    mean = lambda v: f"{math.exp(sum(v) / len(v)):.2f}" if v else "n/a"  # noqa: E731
+    edits = [mean(logs.get(impl, [])) for impl in impls]
+    ratios = [mean(logs[c]) for c in columns] + [""] if len(impls) == 2 else []
+    lines.append(" | ".join(["geometric mean"] + [""] * (len(columns) * len(impls))
+                            + edits + ratios))
     errors = [f"{program} {impl} {phase}: {r[impl][phase]['error']}"
               for program, r in all_results.items() for impl in r for phase in r[impl]
               if "error" in r[impl][phase]]

@@ -140,17 +140,21 @@ def test_lj_problem_energy_and_forces_agree_with_the_pair_loop(monkeypatch):
 corpus = _load("corpus")
 
 
+@pytest.mark.parametrize("edit", [False, True], ids=["original", "edited"])
 @pytest.mark.parametrize("program", sorted(corpus.PROGRAMS))
-def test_corpus_programs_agree_with_jax(program, monkeypatch):
-    """Every program of the user-style corpus runs (on the interpreter: no compiles here) and,
-    where JAX is installed, computes what JAX computes."""
+def test_corpus_programs_agree_with_jax(program, edit, monkeypatch):
+    """Every program of the user-style corpus, and its edited form (another loss term, for
+    edit-and-rerun), runs (on the interpreter: no compiles here) and, where JAX is installed,
+    computes what JAX computes."""
     monkeypatch.setenv("QUABLA_BACKEND", "interpret")
     lib = corpus.Quabla()
+    lib.edit = edit
     fn, args = corpus.PROGRAMS[program](lib)
     ours = corpus.summary(lib, fn(*args))
     assert all(math.isfinite(v) for v in ours)
     if importlib.util.find_spec("jax") is None or importlib.util.find_spec("optax") is None:
         return
     jax_lib = corpus.Jax()
+    jax_lib.edit = edit
     fn, args = corpus.PROGRAMS[program](jax_lib)
     np.testing.assert_allclose(ours, corpus.summary(jax_lib, fn(*args)), rtol=1e-6, atol=1e-9)
