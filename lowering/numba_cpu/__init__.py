@@ -277,7 +277,7 @@ def load_or_compile(key, source):
 
 
 def _compile_into_cache(key, source, path):
-    external.ensure(source)
+    external.ensure(source, load_or_compile)
     compiled, code, entry, externals = _compile(key, source, path)
     cache.write_object(key, code, entry, externals)
     return compiled, code, entry, externals
@@ -294,6 +294,10 @@ def _executable(graph, linked, constants, buffers, sources, layout):
         handle, address = native.sequence(linked, [np.array(t, np.int64) for t in tables])
     return NativeExecutable(graph, address, handle, constants, buffers, "\n".join(sources),
                             phases)
+
+
+# kernels called by symbol are linked (or compiled) when an object names them
+native.resolver("quabla_k_", lambda symbol: external.address(symbol, load_or_compile))
 
 
 def load_cached(graph):
@@ -331,7 +335,7 @@ def _compile_in_parallel(todo):
     if workers < 2 or not sys.platform.startswith("linux"):
         return
     for _, source in todo:
-        external.ensure(source)  # once, before the copies
+        external.ensure(source, load_or_compile)  # once, before the copies
     shares = [todo[k::workers] for k in range(workers)]  # (parts are about equally long)
     children = []
     for share in shares[1:]:

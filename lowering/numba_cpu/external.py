@@ -8,13 +8,14 @@ compile time, paid again by every part of an entry cut in parts (parts.py). A ke
 a C function of typed pointers and sizes, compiled from its own small module into the compile
 cache; generated code calls it as an external function (``_matmul_f8(a, b, out, ...)``), and
 its address is given to LLVM's linker (``llvmlite.binding.add_symbol``) and to the object
-loader (``native.resolver``) before an entry that names it is compiled or linked.
+loader (the back end registers ``address`` as ``native.resolver``) before an entry that names
+it is compiled or linked.
 """
 
 import re
 import threading
 
-from .. import cache, native
+from .. import cache
 
 __all__ = ["SYMBOLS", "names_in", "address", "ensure"]
 
@@ -95,24 +96,19 @@ def names_in(source):
     return [symbol for symbol, call in _CALLS.items() if call.search(source)]
 
 
-def address(symbol):
-    """The address of kernel ``symbol`` in this process: linked from the cache, or compiled
-    (with Numba) and cached first."""
+def address(symbol, load):
+    """The address of kernel ``symbol`` in this process, linked by ``load(key, source)`` (the
+    back end's ``load_or_compile``: from the cache, or compiled with Numba and cached first)."""
     with _lock:
         if symbol not in _linked:
-            from . import load_or_compile
-
-            _linked[symbol] = load_or_compile(cache.entry_key(SYMBOLS[symbol]), SYMBOLS[symbol])
+            _linked[symbol] = load(cache.entry_key(SYMBOLS[symbol]), SYMBOLS[symbol])
         return _linked[symbol][1]
 
 
-def ensure(source):
-    """Every kernel ``source`` calls linked here and known to LLVM's linker by its symbol
-    (Numba links a compiled entry in its own engine before handing it over)."""
+def ensure(source, load):
+    """Every kernel ``source`` calls linked here (by ``load``) and known to LLVM's linker by
+    its symbol (Numba links a compiled entry in its own engine before handing it over)."""
     for symbol in names_in(source):
         import llvmlite.binding as llvm
 
-        llvm.add_symbol(symbol, address(symbol))
-
-
-native.resolver("quabla_k_", address)
+        llvm.add_symbol(symbol, address(symbol, load))
