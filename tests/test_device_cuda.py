@@ -277,9 +277,12 @@ def run_all():
 
 @pytest.fixture(scope="session")
 def cuda_results(tmp_path_factory):
-    # one subprocess for all xdist workers, through a directory they share
-    return cuda_runner.results(__file__, run_all, timeout=1800,
-                               shared=tmp_path_factory.getbasetemp().parent)
+    # one subprocess for all xdist workers, through a directory they share: the session's
+    # (a worker's basetemp is a folder of it). Without xdist, basetemp's parent is shared by
+    # every pytest session of the user, so a file there would hand over an old run's results.
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return cuda_runner.results(__file__, run_all, timeout=1800, shared=shared)
 
 
 @pytest.mark.parametrize("name", CORPUS)

@@ -8,7 +8,8 @@ coverage test until it gets a case here), in float64 and float32:
 - the rules' own derivatives: ``jvp(grad(<u, f>))`` against differences of ``grad(<u, f>)``;
 - batching: ``vmap(f)(xs)`` equals stacking ``f(x)``, with every argument mapped, with each
   argument mapped alone (the others shared), and with the batch axis last (in/out_axes=-1);
-  per-example gradients ``vmap(grad(<u, f>))`` equal the stacked gradients.
+  per-example gradients ``vmap(grad(<u, f>))`` equal the stacked gradients. A case's vmaps
+  (one per pattern) are staged in one jitted program: one compile, each result checked.
 
 Primitives without a derivative (comparisons, bool logic, bool reductions) get the batching
 check only. solve, triangular_solve and cholesky take stacks of matrices (leading batch axes),
@@ -78,6 +79,21 @@ def _spd_cholesky(a):
     """cholesky of the positive definite a a^T + I/2 (of each matrix of a stack)."""
     swap = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)
     return qb.cholesky(a @ qb.transpose(a, swap) + 0.5 * qb.eye(a.shape[-1], dtype=a.dtype))
+
+
+_SPREAD = np.diag([1.0, 2.0, 3.5])
+
+
+def _spread(a):
+    """``a`` plus the leading block of diag(1, 2, 3.5) of its shape (in its dtype)."""
+    m, n = a.shape[-2:]
+    return a + qb.array(_SPREAD[:m, :n], dtype=a.dtype)
+
+
+def _separated(a):
+    """A symmetric matrix (of each of a stack) with eigenvalues near 1, 2 and 3.5."""
+    swap = tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2)
+    return _spread(a + qb.transpose(a, swap))
 
 
 MASK = np.array([[True, False, True], [False, False, True]])
@@ -218,6 +234,28 @@ CASES = {
     "dynamic_update_add": [
         Case(lambda x, v: qb_ops.bind("dynamic_update_add", x, qb.array(2.0), v),
              _args(_u((3, 2)), _u((2,))), "row"),
+    ],
+    # the decompositions (issue 25), each one packed array of its factors; inputs with
+    # well-separated eigen- and singular values (their vectors' derivatives divide by the gaps)
+    "slogdet": [
+        Case(lambda a: qb_ops.bind("slogdet", a), _args(_square(3))),
+        Case(lambda a: qb_ops.bind("slogdet", a), _args(_square(2, (2,))), "batched"),
+    ],
+    "eigh": [
+        Case(lambda a: qb_ops.bind("eigh", _separated(a), lower=True, vectors=True),
+             _args(_u((3, 3), -0.3, 0.3))),
+        Case(lambda a: qb_ops.bind("eigh", _separated(a), lower=False, vectors=False),
+             _args(_u((2, 3, 3), -0.3, 0.3)), "values batched"),
+    ],
+    "svd": [
+        Case(lambda a: qb_ops.bind("svd", _spread(a), full_matrices=False,
+                                   compute_uv=True), _args(_u((3, 2), -0.3, 0.3))),
+        Case(lambda a: qb_ops.bind("svd", _spread(a), full_matrices=False,
+                                   compute_uv=False), _args(_u((2, 3), -0.3, 0.3)), "values"),
+    ],
+    "qr": [
+        Case(lambda a: qb_ops.bind("qr", _spread(a), complete=False),
+             _args(_u((3, 2), -0.3, 0.3))),
     ],
     "sort": [  # distinct values: no ties, where the permutation (and derivative) jumps
         Case(lambda x: qb.sort(x, axis=0), _args(_distinct((4, 3))), "columns"),
@@ -505,23 +543,38 @@ def test_second_order_rules(name, case):
 
 # -- batching -----------------------------------------------------------------------------------
 
-def _check_vmap(fn, arrays, dtype, in_axes, axis=0):
-    """vmap(fn, in_axes)(*arrays) equals stacking fn over the examples; mapped arrays hold the
-    examples along ``axis`` (given as in_axes and out_axes, so negative axes are covered too)."""
-    axes = tuple(None if a is None else axis for a in in_axes)
-    result = qb.vmap(fn, in_axes=axes, out_axes=axis)(*_tensors(arrays, dtype))
-    size = next(a.shape[axis] for a, ax in zip(arrays, axes) if ax is not None)
-    rows = []
-    for b in range(size):
-        example = [np.take(a, b, axis=axis) if ax is not None else a for a, ax in zip(arrays, axes)]
-        rows.append(np.asarray(fn(*_tensors(example, dtype))))
-    expected = np.stack(rows, axis=axis)
-    assert result.dtype is qb.asarray(rows[0]).dtype
-    assert tuple(result.shape) == expected.shape
-    if expected.dtype == np.bool_:
-        np.testing.assert_array_equal(np.asarray(result), expected)
-    else:
-        assert_close(result, expected, **EXACT_TOL[dtype])
+def _vmapped(fn, checks, dtype):
+    """``vmap(fn, in_axes, out_axes=axis)(*arrays)`` for each ``(arrays, in_axes, axis)`` of
+    ``checks``, all staged in one program (one compile instead of one per pattern)."""
+    axes = [tuple(None if a is None else axis for a in in_axes) for _, in_axes, axis in checks]
+
+    def every_pattern(*groups):
+        return [qb.vmap(fn, in_axes=ax, out_axes=axis)(*group)
+                for group, ax, (_, _, axis) in zip(groups, axes, checks)]
+    results = qb.jit(every_pattern)(*[_tensors(arrays, dtype) for arrays, _, _ in checks])
+    assert len(results) == len(checks)
+    return results
+
+
+def _check_vmap(fn, checks, dtype):
+    """For each ``(arrays, in_axes, axis)`` of ``checks``: vmap(fn, in_axes)(*arrays) equals
+    stacking fn over the examples; mapped arrays hold the examples along ``axis`` (given as
+    in_axes and out_axes, so negative axes are covered too)."""
+    for result, (arrays, in_axes, axis) in zip(_vmapped(fn, checks, dtype), checks):
+        axes = tuple(None if a is None else axis for a in in_axes)
+        size = next(a.shape[axis] for a, ax in zip(arrays, axes) if ax is not None)
+        rows = []
+        for b in range(size):
+            example = [np.take(a, b, axis=axis) if ax is not None else a
+                       for a, ax in zip(arrays, axes)]
+            rows.append(np.asarray(fn(*_tensors(example, dtype))))
+        expected = np.stack(rows, axis=axis)
+        assert result.dtype is qb.asarray(rows[0]).dtype
+        assert tuple(result.shape) == expected.shape
+        if expected.dtype == np.bool_:
+            np.testing.assert_array_equal(np.asarray(result), expected)
+        else:
+            assert_close(result, expected, **EXACT_TOL[dtype])
 
 
 def _in_axes_patterns(n):
@@ -537,13 +590,15 @@ def _in_axes_patterns(n):
 def test_batching(name, case, dtype):
     examples = [_data(case, seed) for seed in range(3)]
     n = len(examples[0])
+    checks = []
     for in_axes in _in_axes_patterns(n):
         arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
                   for k, ax in enumerate(in_axes)]
-        _check_vmap(case.fn, arrays, dtype, in_axes)
+        checks.append((arrays, in_axes, 0))
     # the batch axis last, as in_axes=-1 and out_axes=-1
     arrays = [np.stack([ex[k] for ex in examples], axis=-1) for k in range(n)]
-    _check_vmap(case.fn, arrays, dtype, (0,) * n, axis=-1)
+    checks.append((arrays, (0,) * n, -1))
+    _check_vmap(case.fn, checks, dtype)
 
 
 @pytest.mark.parametrize("name, case", _all_cases())
@@ -554,10 +609,12 @@ def test_batching_of_derivatives(name, case):
     u = qb.array(np.random.default_rng(6).uniform(
         -1, 1, np.shape(case.fn(*_tensors(examples[0], qb.float64)))))
     g = qb.grad(lambda *xs: qb.sum(case.fn(*xs) * u), argnums=tuple(range(n)))
+    checks = []
     for in_axes in _in_axes_patterns(n):
         arrays = [np.stack([ex[k] for ex in examples]) if ax == 0 else examples[0][k]
                   for k, ax in enumerate(in_axes)]
-        result = qb.vmap(g, in_axes=in_axes)(*_tensors(arrays, qb.float64))
+        checks.append((arrays, in_axes, 0))
+    for result, (arrays, in_axes, _) in zip(_vmapped(g, checks, qb.float64), checks):
         for b in range(3):
             example = [a[b] if ax == 0 else a for a, ax in zip(arrays, in_axes)]
             expected = g(*_tensors(example, qb.float64))
@@ -571,8 +628,7 @@ def test_batching_nondifferentiable(name, dtype):
     x = rng.uniform(-1, 1, (3, 2, 3))
     y = rng.uniform(-1, 1, (3, 2, 3))
     x[0, 0, 0] = y[0, 0, 0]  # a tie, so eq/ne/ge/le see both outcomes
-    _check_vmap(NONDIFF_CASES[name], [x, y], dtype, (0, 0))
-    _check_vmap(NONDIFF_CASES[name], [x, y[0]], dtype, (0, None))
+    _check_vmap(NONDIFF_CASES[name], [([x, y], (0, 0), 0), ([x, y[0]], (0, None), 0)], dtype)
 
 
 @pytest.mark.parametrize("in_axes", [(0, 0), (0, None), (None, 0)])
