@@ -328,12 +328,12 @@ WORKER_TIMEOUT = 600.0
 def _compile_in_parallel(todo):
     """Compiles the parts ``todo`` (``(key, source)`` pairs not in the cache) into the cache,
     shared among this process and forked copies of it, one per core of ``threads.count()``
-    beyond the first (Linux; a fork shares Numba's warm state, which a new process would pay
-    for again). A copy that fails or hangs costs nothing but time: whatever is missing from
+    beyond the first (Linux, outside MPI jobs; a fork shares Numba's warm state, which a new
+    process would pay for again). A copy that fails or hangs costs nothing but time: whatever is missing from
     the cache afterwards, ``load_or_compile`` compiles in this process."""
     workers = min(threads.count(), len(todo) // 2) if len(todo) >= PARALLEL_PARTS else 1
-    if workers < 2 or not sys.platform.startswith("linux"):
-        return
+    if workers < 2 or not sys.platform.startswith("linux") or "mpi4py.MPI" in sys.modules:
+        return  # (an MPI process must not fork: its library may hold registered memory)
     for _, source in todo:
         external.ensure(source, load_or_compile)  # once, before the copies
     shares = [todo[k::workers] for k in range(workers)]  # (parts are about equally long)
