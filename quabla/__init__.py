@@ -60,11 +60,22 @@ from .staging.aot import Program, Executable
 
 
 def __getattr__(name):
-    """Deprecated v0.1 names (``quabla.Adam``): warn once, then bound (``quabla.compat``)."""
-    import importlib
+    """v0.1 names (spec 000 §5, ``quabla.compat``): deprecated and legacy ones warn once, then
+    are bound; a star import binds them silently. ``quabla.legacy`` is imported on first use."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'quabla' has no attribute {name!r}")
     import sys
 
-    return importlib.import_module("quabla.compat").deprecated(sys.modules[__name__], name)
+    from . import compat
+
+    return compat.attribute(sys.modules[__name__], name, sys._getframe(1))
+
+
+def __dir__():
+    from .compat import TABLE
+
+    return sorted(set(globals()) | set(TABLE) | {"legacy"})
+
 
 __all__ = [
     "__version__", "dtypes", "float32", "float64", "bool_",
@@ -100,3 +111,8 @@ __all__ = [
     "tree", "random", "optim", "distributed", "linalg", "flatten_util", "save", "load",
     "ShapeDtype", "Compiler", "Program", "Executable",
 ]
+# the v0.1 names (spec 000 Appendix A): a star import binds them without a warning
+from .compat import star_names as _star_names
+
+__all__.extend(_star_names(__all__))
+del _star_names

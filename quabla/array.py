@@ -281,26 +281,31 @@ def _float_dtype(dtype):
 
 
 def zeros(shape, dtype=None):
+    """An array of zeros (float64 unless ``dtype`` says otherwise), as ``numpy.zeros``."""
     return Tensor.wrap(np.zeros(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def ones(shape, dtype=None):
+    """An array of ones (float64 unless ``dtype`` says otherwise), as ``numpy.ones``."""
     return Tensor.wrap(np.ones(array_shape(shape), _float_dtype(dtype).numpy))
 
 
 def full(shape, value, dtype=None):
+    """An array filled with ``value`` (bool for a bool value, else float64 unless ``dtype``)."""
     if dtype is None:
         dtype = _dt.bool_ if isinstance(value, (bool, np.bool_)) else _dt.float64
     return Tensor.wrap(np.full(array_shape(shape), value, _dt.dtype(dtype).numpy))
 
 
 def arange(start, stop=None, step=1.0, dtype=None):
+    """Evenly spaced values in ``[start, stop)``, as ``numpy.arange`` (floating point)."""
     if stop is None:
         start, stop = 0.0, start
     return _finish_range(np.arange(start, stop, step, dtype=np.float64), dtype)
 
 
 def linspace(start, stop, num, dtype=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive, as ``numpy.linspace``."""
     return _finish_range(np.linspace(start, stop, as_index(num), dtype=np.float64), dtype)
 
 
@@ -311,5 +316,6 @@ def _finish_range(values, dtype):
 
 
 def eye(n, m=None, dtype=None):
+    """The ``n`` by ``m`` identity matrix (``m`` defaults to ``n``)."""
     n, m = array_shape((n, n if m is None else m))
     return Tensor.wrap(np.eye(n, m, dtype=_float_dtype(dtype).numpy))

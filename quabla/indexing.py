@@ -111,6 +111,7 @@ def zeros_like(a, dtype=None, shape=None):
 
 
 def ones_like(a, dtype=None, shape=None):
+    """An array of ones with the shape and dtype of ``a`` (or those given)."""
     dtype, shape = _like(a, dtype, shape)
     return full(shape, True if dtype is _dt.bool_ else 1.0, dtype)
 

@@ -155,30 +155,39 @@ def apply_unary(op, x, kind="float"):
 # -- elementwise ----------------------------------------------------------------------------
 
 def negative(x):
+    """``-x``, elementwise."""
     return apply_unary("neg", x)
 
 
 def add(x, y):
+    """``x + y``, elementwise with broadcasting."""
     return apply_elementwise("add", x, y)
 
 
 def subtract(x, y):
+    """``x - y``, elementwise with broadcasting."""
     return apply_elementwise("sub", x, y)
 
 
 def multiply(x, y):
+    """``x * y``, elementwise with broadcasting."""
     return apply_elementwise("mul", x, y)
 
 
 def divide(x, y):
+    """``x / y``, elementwise with broadcasting (true division)."""
     return apply_elementwise("div", x, y)
 
 
 def maximum(x, y):
+    """The elementwise larger of ``x`` and ``y`` (NaN if either is NaN); a tie splits the
+    gradient equally, as JAX."""
     return apply_elementwise("max", x, y)
 
 
 def minimum(x, y):
+    """The elementwise smaller of ``x`` and ``y`` (NaN if either is NaN); a tie splits the
+    gradient equally, as JAX."""
     return apply_elementwise("min", x, y)
 
 
@@ -199,6 +208,7 @@ def power(x, y):
 
 
 def square(x):
+    """``x * x``, elementwise."""
     return power(x, 2)
 
 
@@ -225,6 +235,7 @@ sigmoid = _unary_function("logistic", "sigmoid")
 
 
 def abs(x):  # noqa: A001 - the spec names it abs; it is kept out of __all__
+    """``|x|``, elementwise (its derivative at 0 is 0, as JAX's ``sign``)."""
     return apply_unary("abs", x)
 
 
@@ -266,22 +277,27 @@ not_equal = _comparison("ne", "not_equal")
 
 
 def logical_and(x, y):
+    """Elementwise ``x and y`` of truth values (nonzero is true)."""
     return apply_elementwise("and", x, y, kind="logical")
 
 
 def logical_or(x, y):
+    """Elementwise ``x or y`` of truth values (nonzero is true)."""
     return apply_elementwise("or", x, y, kind="logical")
 
 
 def logical_not(x):
+    """Elementwise ``not x`` of truth values (nonzero is true)."""
     return apply_unary("not", x, kind="logical")
 
 
 def isfinite(x):
+    """True where ``x`` is neither infinite nor NaN."""
     return apply_unary("isfinite", x)
 
 
 def isnan(x):
+    """True where ``x`` is NaN."""
     return apply_unary("isnan", x)
 
 
@@ -294,6 +310,7 @@ def where(condition, x, y):
 
 
 def astype(x, dtype):
+    """``x`` converted to ``dtype`` (bool: nonzero is true; to float: 0.0 or 1.0)."""
     x = as_array(x)
     dtype = _dt.dtype(dtype)
     if x.dtype is dtype:
@@ -363,6 +380,7 @@ def hypot(x1, x2):
 
 
 def isinf(x):
+    """True where ``x`` is positive or negative infinity."""
     return apply_unary("isinf", x)
 
 
@@ -464,6 +482,7 @@ def normalize_axes(axis, ndim, name):
 
 
 def reshape(x, shape):
+    """``x`` with a new shape of the same size; one dimension may be -1 (inferred)."""
     x = as_array(x)
     shape = list(as_shape(shape))
     size = x.size
@@ -483,6 +502,7 @@ def reshape(x, shape):
 
 
 def transpose(x, axes=None):
+    """``x`` with its axes permuted (reversed when ``axes`` is None), as ``numpy.transpose``."""
     x = as_array(x)
     if axes is None:
         perm = tuple(reversed(range(x.ndim)))
@@ -496,6 +516,7 @@ def transpose(x, axes=None):
 
 
 def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape`` by NumPy's rules."""
     x = as_array(x)
     shape = as_shape(shape)
     try:
@@ -509,6 +530,7 @@ def broadcast_to(x, shape):
 
 
 def squeeze(x, axis=None):
+    """``x`` without its axes of size 1 (all of them, or those in ``axis``)."""
     x = as_array(x)
     axes = [d for d in range(x.ndim) if x.shape[d] == 1] if axis is None else normalize_axes(axis, x.ndim, "squeeze")
     if builtins.any(x.shape[d] != 1 for d in axes):
@@ -517,6 +539,7 @@ def squeeze(x, axis=None):
 
 
 def expand_dims(x, axis):
+    """``x`` with a new axis of size 1 at position ``axis``."""
     x = as_array(x)
     axis = normalize_axis(axis, x.ndim + 1, "expand_dims")
     shape = list(x.shape)
@@ -525,6 +548,7 @@ def expand_dims(x, axis):
 
 
 def concat(arrays, axis=0):
+    """The arrays joined along an existing axis (``numpy.concatenate``)."""
     arrays = list(arrays)
     if not arrays:
         raise ValueError("quabla.concat needs at least one array")
@@ -546,6 +570,7 @@ def concat(arrays, axis=0):
 
 
 def stack(arrays, axis=0):
+    """The arrays, all of one shape, joined along a new axis."""
     arrays = list(arrays)
     if not arrays:
         raise ValueError("quabla.stack needs at least one array")
@@ -723,10 +748,12 @@ def as_bool(x, name):
 
 
 def any(x, axis=None, keepdims=False, *, where=None):  # noqa: A001
+    """True if any element (along ``axis``) is true; ``where`` masks elements out."""
     return _reduce("reduce_or", as_bool(x, "any"), axis, keepdims, kind="logical", mask=where)
 
 
 def all(x, axis=None, keepdims=False, *, where=None):  # noqa: A001
+    """True if every element (along ``axis``) is true; ``where`` masks elements out."""
     return _reduce("reduce_and", as_bool(x, "all"), axis, keepdims, kind="logical", mask=where)
 
 
@@ -978,10 +1005,12 @@ def _triangle(x, k, lower, name):
 
 
 def tril(x, k=0):
+    """The lower triangle of the last two axes (below and on diagonal ``k``); the rest zero."""
     return _triangle(x, k, True, "tril")
 
 
 def triu(x, k=0):
+    """The upper triangle of the last two axes (above and on diagonal ``k``); the rest zero."""
     return _triangle(x, k, False, "triu")
 
 

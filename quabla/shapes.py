@@ -118,6 +118,7 @@ def moveaxis(a, source, destination):
 
 
 def swapaxes(a, axis1, axis2):
+    """``a`` with axes ``axis1`` and ``axis2`` interchanged."""
     x = as_array(a)
     perm = list(range(x.ndim))
     i, j = normalize_axis(axis1, x.ndim, "swapaxes"), normalize_axis(axis2, x.ndim, "swapaxes")
@@ -307,12 +308,14 @@ def array_split(ary, indices_or_sections, axis=0):
 
 
 def atleast_1d(*arys):
+    """Each input as an array of at least one dimension (a list when several are given)."""
     out = [as_array(a) if as_array(a).ndim else ops.reshape(as_array(a), (1,))
            for a in arys]
     return out[0] if len(out) == 1 else out
 
 
 def atleast_2d(*arys):
+    """Each input as an array of at least two dimensions (leading axes of size 1 added)."""
     out = []
     for a in arys:
         x = as_array(a)
@@ -353,15 +356,18 @@ def concatenate(arrays, axis=0):
 
 
 def vstack(tup):
+    """The arrays stacked along the first axis (1-d arrays become rows)."""
     return ops.concat([atleast_2d(a) for a in _seq(tup, "vstack")], axis=0)
 
 
 def hstack(tup):
+    """The arrays joined along the second axis (the first for 1-d arrays)."""
     arrays = [atleast_1d(a) for a in _seq(tup, "hstack")]
     return ops.concat(arrays, axis=0 if arrays[0].ndim == 1 else 1)
 
 
 def dstack(tup):
+    """The arrays stacked along the third axis (each made at least 3-d)."""
     return ops.concat([atleast_3d(a) for a in _seq(tup, "dstack")], axis=2)
 
 
