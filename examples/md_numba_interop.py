@@ -60,9 +60,11 @@ def initial_state(side, seed=0):
     return x, v - v.mean(axis=0)
 
 
-def main(small=False):
-    """Runs both loops; returns the largest position and velocity difference."""
-    side, steps, dt = (2, 20, 0.002) if small else (4, 400, 0.002)
+def main(small=False, side=None, steps=None, dt=0.002):
+    """Runs both loops on ``side^3`` particles for ``steps`` steps (default 64 and 400, or 8
+    and 20 when ``small``); returns the largest position and velocity difference."""
+    side = side or (2 if small else 4)
+    steps = steps or (20 if small else 400)
     x, v = initial_state(side)
     gradient = qb.jit(qb.grad(lennard_jones))
     compiled = gradient.lower(qb.ShapeDtype(x.shape, qb.float64)).compile()

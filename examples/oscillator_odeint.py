@@ -3,21 +3,25 @@
 A damped pendulum ``x'' = -w^2 sin(x) - c x'`` is integrated with the adaptive Dormand–Prince
 solver; noisy observations of ``x`` come from the true damping ``c = 0.35``. Gradient descent
 on the mean squared misfit, with gradients from the adjoint method (``qb.value_and_grad``
-through ``odeint``), recovers it. Saves ``oscillator_odeint.png`` when matplotlib is installed.
+through ``odeint``), recovers it. Draws the observed, fitted and starting trajectories and the
+misfit per step in ``docs/images/oscillator_odeint.png`` (matplotlib,
+``pip install 'quabla[examples]'``).
 
     python examples/oscillator_odeint.py           # 60 observations, 60 steps of descent
     python examples/oscillator_odeint.py --small   # 12 observations, 12 steps (CI; or
-                                                   # QUABLA_EXAMPLE_SMALL=1)
+                                                   # QUABLA_EXAMPLE_SMALL=1), figure in
+                                                   # the current folder
 """
 
+import argparse
 import os
-import sys
+import pathlib
 
 import numpy as np
 
 import quabla as qb
 
-SMALL = "--small" in sys.argv or os.environ.get("QUABLA_EXAMPLE_SMALL") == "1"
+IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 W, C_TRUE, C_START = 2.0, 0.35, 0.05
 
 
@@ -25,8 +29,9 @@ def field(y, t, c):
     return qb.stack([y[1], -W * W * qb.sin(y[0]) - c * y[1]])
 
 
-def main():
-    count, steps = (12, 12) if SMALL else (60, 60)
+def main(count=60, steps=60, out=IMAGES):
+    """Fit ``c`` to ``count`` observations by ``steps`` gradient steps; returns the fitted
+    damping and the misfit history."""
     t = np.linspace(0.0, 6.0, count)
     y0 = np.array([1.0, 0.0])
     rng = np.random.default_rng(0)
@@ -38,7 +43,7 @@ def main():
     step = qb.jit(qb.value_and_grad(misfit))
     c, lr = qb.array(C_START), 1.0
     history = []
-    for k in range(steps):
+    for _ in range(steps):
         loss, g = step(c)
         history.append(float(loss))
         c = c - lr * g
@@ -46,34 +51,51 @@ def main():
     print(f"damping: start {C_START}, fitted {c:.4f}, true {C_TRUE}; misfit "
           f"{history[0]:.3e} -> {history[-1]:.3e}")
     assert history[-1] < 0.1 * history[0] and abs(c - C_TRUE) < abs(C_START - C_TRUE) / 2
-    plot(t, observed, y0, c, history)
+    if out is not None:
+        plot(t, observed, y0, c, history, out)
     print("ok")
+    return c, history
 
 
-def plot(t, observed, y0, c, history):
+def plot(t, observed, y0, c, history, out):
+    """Left: the trajectories x(t); right: the misfit per gradient step."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no plot")
-        return
+        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+        return None
     fine = np.linspace(t[0], t[-1], 400)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
-    ax.plot(t, observed, "o", label="observed")
-    ax.plot(fine, np.asarray(qb.odeint(field, y0, fine, c))[:, 0], label=f"fit c={c:.3f}")
-    ax.plot(fine, np.asarray(qb.odeint(field, y0, fine, C_START))[:, 0], "--",
-            label=f"start c={C_START}")
-    ax.set_xlabel("t")
-    ax.legend()
-    bx.semilogy(history)
-    bx.set_xlabel("gradient step")
-    bx.set_ylabel("misfit")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 4), gridspec_kw={"width_ratios": [3, 2]})
+    ax.plot(fine, np.asarray(qb.odeint(field, y0, fine, C_START))[:, 0], "--", color="gray",
+            label=f"start, c = {C_START}")
+    ax.plot(fine, np.asarray(qb.odeint(field, y0, fine, c))[:, 0], color="C0",
+            label=f"fitted, c = {c:.3f}")
+    ax.plot(t, observed, "o", color="C1", ms=4, label=f"observed (true c = {C_TRUE})")
+    ax.set(title="damped pendulum x'' = -w² sin x - c x'", xlabel="t", ylabel="angle x(t)")
+    ax.set_ylim(-1.1, 1.5)                         # room for the legend
+    ax.legend(loc="upper right", fontsize="small")
+    bx.semilogy(np.arange(1, len(history) + 1), history, color="C0")
+    bx.set(title="descent, adjoint gradients", xlabel="gradient step",
+           ylabel="mean squared misfit")
     fig.tight_layout()
-    fig.savefig("oscillator_odeint.png", dpi=100)
-    print("saved oscillator_odeint.png")
+    path = pathlib.Path(out) / "oscillator_odeint.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"saved {path}")
+    return path
 
+
+SMALL = {"count": 12, "steps": 12}
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true", help="CI sizes")
+    parser.add_argument("--out", help="folder for the figure (default docs/images; "
+                                      "with --small, the current folder)")
+    args = parser.parse_args()
+    small = args.small or os.environ.get("QUABLA_EXAMPLE_SMALL") == "1"
+    main(**(SMALL if small else {}), out=args.out or ("." if small else IMAGES))
