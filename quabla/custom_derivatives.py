@@ -98,13 +98,13 @@ class _Custom:
     def __call__(self, *args, **kwargs):
         """Eagerly (or from its own rules) the function as it is; traced, ``_bind``."""
         static, diff, static_pos = self._split(args, kwargs)
-        name = f"{self.kind} function {self._name()}"
+        name = f"{self._kind} function {self._name()}"
         leaves, in_tree = tree.flatten(diff)
         leaves = [as_leaf(x, f"an argument of {name}") for x in leaves]
         if not self._traced(leaves):
             return self._call_with(self.fun, static, static_pos, in_tree.unflatten(leaves))
         if not self._has_rules():
-            raise AttributeError(f"no rule defined for {name}: define one with {self.define}")
+            raise AttributeError(f"no rule defined for {name}: define one with {self._define}")
         return self._bind(static, diff, static_pos, leaves, in_tree, name)
 
 
@@ -124,7 +124,7 @@ class custom_jvp(_Custom):
     rule takes those arguments first)."""
 
     jvp = None
-    kind, define = "custom_jvp", "defjvp"
+    _kind, _define = "custom_jvp", "defjvp"
 
     def _has_rules(self):
         return self.jvp is not None
@@ -197,7 +197,7 @@ class custom_vjp(_Custom):
     ``nondiff_argnums``, ``bwd`` takes those arguments first."""
 
     fwd = bwd = None
-    kind, define = "custom_vjp", "defvjp"
+    _kind, _define = "custom_vjp", "defvjp"
 
     def _has_rules(self):
         return self.fwd is not None

@@ -86,10 +86,6 @@ def test_poisson_cg(tmp_path):
     assert_figure(tmp_path, "poisson_cg.png")
 
 
-def test_md_numba_interop():
-    assert example("md_numba_interop").main(side=2, steps=10) < 1e-10
-
-
 SMALL_PINN = {"points": 16, "steps": 5, "width": 4}
 
 

@@ -6,11 +6,6 @@ Python loop, eager mode (the NumPy references) against ``jit`` (the expansion in
 and non-convergence reported, never silent.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,7 +13,6 @@ import quabla as qb
 from quabla.core.expand import expand, needs_expansion
 from quabla.solvers import ConvergenceError
 
-ROOT = Path(__file__).resolve().parent.parent
 RNG = np.random.default_rng(7)
 N = 5
 _Q = RNG.normal(size=(N, N))
@@ -377,14 +371,3 @@ def test_odeint_matches_jax(jax):
     theirs = jax.grad(jloss, argnums=(0, 1, 2))(jnp.asarray(y0), 1.1, 0.3)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
-
-
-# -- examples -----------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("script", ["oscillator_odeint.py", "poisson_cg.py"])
-def test_example_runs_small(script, tmp_path):
-    env = dict(os.environ, QUABLA_EXAMPLE_SMALL="1", MPLBACKEND="Agg")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ok" in done.stdout
