@@ -16,15 +16,12 @@ against time in ``docs/images/lennard_jones_md.png`` (matplotlib,
 ``examples/md_numba_interop.py`` runs the same physics from a hand-written Numba loop instead.
 """
 
-import argparse
 import math
-import pathlib
 
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
-
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def potential(x):
@@ -63,7 +60,7 @@ def initial_state(side, temperature, seed=0):
     return x, v - v.mean(axis=0)
 
 
-def main(side=5, steps=10000, dt=0.002, temperature=0.7, out=IMAGES):
+def main(side=5, steps=10000, dt=0.002, temperature=0.7, out=figures.IMAGES):
     """Run the trajectory; print and return the relative energy drift (largest deviation of
     the total energy from its start, over the start's magnitude) and the energies."""
     x0, v0 = initial_state(side, temperature)
@@ -83,13 +80,8 @@ def main(side=5, steps=10000, dt=0.002, temperature=0.7, out=IMAGES):
 
 def plot(t, kinetic, pot, e0, n, out):
     """The three energies against time (top) and the total's relative deviation (bottom)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+    plt = figures.pyplot()
+    if plt is None:
         return None
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(6, 5), sharex=True,
                                  gridspec_kw={"height_ratios": [2, 1]})
@@ -103,22 +95,10 @@ def plot(t, kinetic, pot, e0, n, out):
     bx.axhline(0.0, color="gray", lw=0.5)
     bx.set(xlabel="time (reduced units)", ylabel="relative drift\nof the total")
     bx.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    fig.tight_layout()
-    path = pathlib.Path(out) / "lennard_jones_md.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-    return path
+    return figures.save(fig, out, "lennard_jones_md.png")
 
 
 SMALL = {"side": 2, "steps": 200}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="CI sizes")
-    parser.add_argument("--out", help="folder for the figure (default docs/images; "
-                                      "with --small, the current folder)")
-    args = parser.parse_args()
-    out = args.out or ("." if args.small else IMAGES)
-    main(**(SMALL if args.small else {}), out=out)
+    figures.command_line(__doc__, main, SMALL)

@@ -13,15 +13,11 @@ misfit per step in ``docs/images/oscillator_odeint.png`` (matplotlib,
                                                    # the current folder
 """
 
-import argparse
-import os
-import pathlib
-
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
 
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 W, C_TRUE, C_START = 2.0, 0.35, 0.05
 
 
@@ -29,7 +25,7 @@ def field(y, t, c):
     return qb.stack([y[1], -W * W * qb.sin(y[0]) - c * y[1]])
 
 
-def main(count=60, steps=60, out=IMAGES):
+def main(count=60, steps=60, out=figures.IMAGES):
     """Fit ``c`` to ``count`` observations by ``steps`` gradient steps; returns the fitted
     damping and the misfit history."""
     t = np.linspace(0.0, 6.0, count)
@@ -59,13 +55,8 @@ def main(count=60, steps=60, out=IMAGES):
 
 def plot(t, observed, y0, c, history, out):
     """Left: the trajectories x(t); right: the misfit per gradient step."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+    plt = figures.pyplot()
+    if plt is None:
         return None
     fine = np.linspace(t[0], t[-1], 400)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 4), gridspec_kw={"width_ratios": [3, 2]})
@@ -80,22 +71,10 @@ def plot(t, observed, y0, c, history, out):
     bx.semilogy(np.arange(1, len(history) + 1), history, color="C0")
     bx.set(title="descent, adjoint gradients", xlabel="gradient step",
            ylabel="mean squared misfit")
-    fig.tight_layout()
-    path = pathlib.Path(out) / "oscillator_odeint.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-    return path
+    return figures.save(fig, out, "oscillator_odeint.png")
 
 
 SMALL = {"count": 12, "steps": 12}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="CI sizes")
-    parser.add_argument("--out", help="folder for the figure (default docs/images; "
-                                      "with --small, the current folder)")
-    args = parser.parse_args()
-    small = args.small or os.environ.get("QUABLA_EXAMPLE_SMALL") == "1"
-    main(**(SMALL if small else {}), out=args.out or ("." if small else IMAGES))
+    figures.command_line(__doc__, main, SMALL)

@@ -12,16 +12,13 @@ its error in ``docs/images/poisson2d_pinn.png`` (matplotlib, ``pip install 'quab
     python examples/poisson2d_pinn.py --small    # 32 points, 1 layer of 8 (CI)
 """
 
-import argparse
 import itertools
 import math
-import pathlib
 
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
-
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def init(sizes, seed=0):
@@ -58,7 +55,7 @@ def loss(params, points):
     return qb.mean(qb.vmap(residual, in_axes=(None, 0))(params, points) ** 2)
 
 
-def main(points=512, width=20, depth=4, steps=3000, learning_rate=3e-3, grid=65, out=IMAGES):
+def main(points=512, width=20, depth=4, steps=3000, learning_rate=3e-3, grid=65, out=figures.IMAGES):
     """Train; print and return the relative L2 error on a ``grid x grid`` mesh (and the loss
     history). ``out``: the figure's folder (None: no figure)."""
     rng = np.random.default_rng(1)
@@ -83,13 +80,8 @@ def main(points=512, width=20, depth=4, steps=3000, learning_rate=3e-3, grid=65,
 
 def plot(x, y, pred, error, out):
     """Two panels: the predicted u and its absolute error."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+    plt = figures.pyplot()
+    if plt is None:
         return None
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 4))
     extent = (0, 1, 0, 1)
@@ -102,22 +94,10 @@ def plot(x, y, pred, error, out):
     bx.set(title=f"error (relative L2 {error:.1e})", xlabel="x", ylabel="y")
     fig.suptitle(r"$-\Delta u = 2\pi^2 \sin(\pi x) \sin(\pi y)$ on the unit square, "
                  r"exact $u = \sin(\pi x) \sin(\pi y)$")
-    fig.tight_layout()
-    path = pathlib.Path(out) / "poisson2d_pinn.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-    return path
+    return figures.save(fig, out, "poisson2d_pinn.png")
 
 
 SMALL = {"points": 32, "width": 8, "depth": 1, "steps": 200, "learning_rate": 1e-2, "grid": 17}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="CI sizes")
-    parser.add_argument("--out", help="folder for the figure (default docs/images; "
-                                      "with --small, the current folder)")
-    args = parser.parse_args()
-    out = args.out or ("." if args.small else IMAGES)
-    main(**(SMALL if args.small else {}), out=out)
+    figures.command_line(__doc__, main, SMALL)

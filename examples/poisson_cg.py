@@ -13,15 +13,11 @@ field in ``docs/images/poisson_cg.png`` (matplotlib, ``pip install 'quabla[examp
                                              # in the current folder
 """
 
-import argparse
-import os
-import pathlib
-
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
 
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 CENTER = (0.4, 0.6)                             # of the source bump
 
 
@@ -60,7 +56,7 @@ def functional(s, r2):
     return h * h * qb.sum(u * u)
 
 
-def main(n=48, s=0.1, out=IMAGES):
+def main(n=48, s=0.1, out=figures.IMAGES):
     """Solve, check dJ/ds against finite differences; returns (u, relative error of dJ/ds)."""
     x, y, _ = grid(n)
     r2 = (x - CENTER[0]) ** 2 + (y - CENTER[1]) ** 2
@@ -85,13 +81,8 @@ def main(n=48, s=0.1, out=IMAGES):
 
 def plot(x, y, u, s, out):
     """The solution on the grid, with the source bump's contours over it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+    plt = figures.pyplot()
+    if plt is None:
         return None
     n = u.shape[0]
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
@@ -102,22 +93,10 @@ def plot(x, y, u, s, out):
     ax.set(title=f"-Δu = f, u = 0 on the edge: cg on a {n}x{n} grid\n"
                  f"white: the source f (width s = {s}) at 10, 50, 90% of its peak",
            xlabel="x", ylabel="y")
-    fig.tight_layout()
-    path = pathlib.Path(out) / "poisson_cg.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-    return path
+    return figures.save(fig, out, "poisson_cg.png")
 
 
 SMALL = {"n": 8}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="CI sizes")
-    parser.add_argument("--out", help="folder for the figure (default docs/images; "
-                                      "with --small, the current folder)")
-    args = parser.parse_args()
-    small = args.small or os.environ.get("QUABLA_EXAMPLE_SMALL") == "1"
-    main(**(SMALL if small else {}), out=args.out or ("." if small else IMAGES))
+    figures.command_line(__doc__, main, SMALL)

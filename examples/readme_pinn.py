@@ -14,14 +14,11 @@ note about the figure goes to standard error, so standard output is the README's
 
 import argparse
 import math
-import pathlib
-import sys
 
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
-
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def u(x, w):                                   # one collocation point, scalar x
@@ -35,7 +32,7 @@ def loss(w, x):
     return qb.mean((u_xx(x, w) + math.pi**2 * qb.sin(math.pi * x)) ** 2)
 
 
-def main(steps=300, out=IMAGES):
+def main(steps=300, out=figures.IMAGES):
     """Train, print w and the loss, save the figure in ``out`` (None: no figure)."""
     x, w = qb.linspace(0.05, 0.95, 8), qb.array(2.5)
     trainer = qb.optim.Trainer(loss, w, qb.optim.Adam(learning_rate=0.05), x)
@@ -60,14 +57,8 @@ def loop(steps=300):
 
 def plot(points, w, out):
     """The trained sin(w x), the exact sin(pi x) and the start sin(2.5 x) on [0, 1]."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure",
-              file=sys.stderr)
+    plt = figures.pyplot()
+    if plt is None:
         return None
     x = np.linspace(0.0, 1.0, 200)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -77,18 +68,13 @@ def plot(points, w, out):
     ax.plot(points, np.sin(w * points), "o", color="C0", label="collocation points")
     ax.set(title="README PINN: $u'' = -\\pi^2 \\sin(\\pi x)$", xlabel="x", ylabel="u(x)")
     ax.legend(loc="lower center")
-    fig.tight_layout()
-    path = pathlib.Path(out) / "readme_pinn.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}", file=sys.stderr)
-    return path
+    return figures.save(fig, out, "readme_pinn.png")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="Adam steps (default 300)")
-    parser.add_argument("--out", default=IMAGES, help="folder for the figure (docs/images)")
+    parser.add_argument("--out", default=figures.IMAGES,
+                        help="folder for the figure (docs/images)")
     args = parser.parse_args()
     main(args.steps, args.out)

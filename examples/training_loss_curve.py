@@ -12,16 +12,14 @@ parameters before the step's update); it is drawn with its running mean and the 
     python examples/training_loss_curve.py --small    # 128 samples, batches of 16, 60 steps (CI)
 """
 
-import argparse
 import itertools
 import math
-import pathlib
 
+import figures  # the examples' shared figure and command-line helpers
 import numpy as np
 
 import quabla as qb
 
-IMAGES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "images"
 NOISE = 0.05                                   # standard deviation of the label noise
 
 
@@ -57,7 +55,7 @@ def batches(x, y, size, seed=1):
             yield x[rows], y[rows]
 
 
-def main(samples=2048, batch=64, width=32, steps=3000, peak=1e-2, out=IMAGES):
+def main(samples=2048, batch=64, width=32, steps=3000, peak=1e-2, out=figures.IMAGES):
     """Train; print and return the loss history and the mean squared error on a clean grid."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-2.0, 2.0, (samples, 1))
@@ -82,13 +80,8 @@ def main(samples=2048, batch=64, width=32, steps=3000, peak=1e-2, out=IMAGES):
 
 def plot(history, lr, out):
     """Loss per step (faint), its running mean, and the learning rate on a second axis."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install 'quabla[examples]'): no figure")
+    plt = figures.pyplot()
+    if plt is None:
         return None
     steps = np.arange(1, len(history) + 1)
     window = max(1, len(history) // 50)
@@ -104,22 +97,10 @@ def plot(history, lr, out):
     lx.set_ylabel("learning rate")
     lines = ax.get_lines() + lx.get_lines()
     ax.legend(lines, [line.get_label() for line in lines], loc="upper right")
-    fig.tight_layout()
-    path = pathlib.Path(out) / "training_loss_curve.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-    return path
+    return figures.save(fig, out, "training_loss_curve.png")
 
 
 SMALL = {"samples": 128, "batch": 16, "width": 8, "steps": 60}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="CI sizes")
-    parser.add_argument("--out", help="folder for the figure (default docs/images; "
-                                      "with --small, the current folder)")
-    args = parser.parse_args()
-    out = args.out or ("." if args.small else IMAGES)
-    main(**(SMALL if args.small else {}), out=out)
+    figures.command_line(__doc__, main, SMALL)
