@@ -43,6 +43,7 @@ the setting in effect.
 import argparse
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -326,11 +327,10 @@ def _agreement(problem, results):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compile"]:  # the compile-time breakdown: benchmarks/compile.py
-        sys.path.insert(0, HERE)
-        import compile as breakdown
-
-        return breakdown.main(argv[1:])
+    if argv[:1] == ["compile"]:  # the compile-time breakdown: run as its own script
+        script = os.path.join(HERE, "compile.py")
+        sys.argv = [script, *argv[1:]]
+        runpy.run_path(script, run_name="__main__")  # (which imports this module)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("problems", nargs="*", help=f"subset of {PROBLEMS}")
     parser.add_argument("--impls", default=",".join(IMPL_NAMES),

@@ -47,6 +47,7 @@ from . import tree, random, optim, flatten_util
 from . import linalg
 from . import nn, special
 from . import distributed
+from . import legacy  # the v0.1 legacy names, without warnings (spec 000 §5.1)
 from .control import cond, switch, fori_loop, scan, while_loop, checkpoint
 from .control import checkpoint as remat  # JAX's other name
 from .custom_derivatives import custom_jvp, custom_vjp
@@ -61,7 +62,7 @@ from .staging.aot import Program, Executable
 
 def __getattr__(name):
     """v0.1 names (spec 000 §5, ``quabla.compat``): deprecated and legacy ones warn once, then
-    are bound; a star import binds them silently. ``quabla.legacy`` is imported on first use."""
+    are bound; a star import binds them silently."""
     if name.startswith("__"):
         raise AttributeError(f"module 'quabla' has no attribute {name!r}")
     import sys
@@ -74,7 +75,7 @@ def __getattr__(name):
 def __dir__():
     from .compat import TABLE
 
-    return sorted(set(globals()) | set(TABLE) | {"legacy"})
+    return sorted(set(globals()) | set(TABLE))
 
 
 __all__ = [

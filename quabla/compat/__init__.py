@@ -193,8 +193,6 @@ def attribute(module, name, frame):
     binds nothing in ``module``, so the first explicit access still warns."""
     row = TABLE.get(name)
     if row is None:
-        if name == "legacy":
-            return importlib.import_module("quabla.legacy")
         raise AttributeError(f"module 'quabla' has no attribute {name!r}")
     value = resolve(row)
     if _quiet(frame):
