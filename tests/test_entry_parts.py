@@ -133,6 +133,39 @@ def test_products_call_one_kernel_and_keep_the_order_of_the_sum():
         np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
 
 
+@pytest.mark.parametrize("spelling", ["a.T @ b", "a @ b.T", "a.T @ b.T", "batched"])
+def test_transposed_operands_are_read_in_place_with_the_same_bits(spelling):
+    """A transposed operand (a backward pass's ``x.T @ g``, ``g @ w.T``) is handed to the
+    product kernel or the small loop nest with its flag: no loop nest copies it in the entry,
+    and every element is still summed over k in order."""
+    rng = np.random.default_rng(5)
+    m, k, n = 9, 300, 6
+    a = rng.normal(size=(3, k, m) if spelling == "batched" else (k, m) if ".T @" in spelling
+                   else (m, k))
+    b = rng.normal(size=(3, n, k) if spelling == "batched" else (n, k) if "b.T" in spelling
+                   else (k, n))
+    fns = {"a.T @ b": lambda a, b: a.T @ b, "a @ b.T": lambda a, b: a @ b.T,
+           "a.T @ b.T": lambda a, b: a.T @ b.T,
+           "batched": lambda a, b: qb.einsum("bkm,bnk->bmn", a, b)}
+    lhs = np.swapaxes(a, -1, -2) if spelling in ("a.T @ b", "a.T @ b.T", "batched") else a
+    rhs = np.swapaxes(b, -1, -2) if spelling in ("a @ b.T", "a.T @ b.T", "batched") else b
+    expected = np.zeros(lhs.shape[:-1] + rhs.shape[-1:])
+    for j in range(k):
+        expected += lhs[..., :, j:j + 1] * rhs[..., j:j + 1, :]
+    for small in (False, True):  # the kernel, and the loop nest of a small product
+        x, y = (lhs[..., :, :8], rhs[..., :8, :]) if small else (lhs, rhs)
+        x = np.swapaxes(x, -1, -2) if lhs is not a else x
+        y = np.swapaxes(y, -1, -2) if rhs is not b else y
+        f = qb.jit(fns[spelling])
+        source = f.lower(x, y).source
+        assert ("_matmul_float64(" in source) != small
+        assert "] = v0[" not in source and "] = v1[" not in source  # no copy of an operand
+        want = expected if not small else sum(
+            lhs[..., :, j:j + 1] * rhs[..., j:j + 1, :] for j in range(8))
+        for _ in range(2):
+            np.testing.assert_array_equal(np.asarray(f(x, y)), want)
+
+
 def test_a_warm_process_links_parts_and_kernels_without_numba(tmp_path):
     """A second process runs a program cut in parts, with a product kernel, from the cache
     alone: Numba is never imported."""

@@ -55,3 +55,52 @@ def test_blocks_nest_and_an_empty_body_is_pass():
 def test_a_statement_under_no_block_is_refused():
     with pytest.raises(AssertionError, match="under no block"):
         build((1, "x = 1"), (3, "y = 2"))
+
+
+# -- copies read in place (passes.propagate) --------------------------------------------------
+
+from lowering.numba_cpu.passes import propagate  # noqa: E402
+
+
+def test_copies_and_literals_are_read_in_place_and_their_names_dropped():
+    items = [Assign("x1", "_arg(args, 0, 0, np.float64)"), Assign("x2", "x1"), Assign("x3", "x2"),
+             Assign("c", "-0.5"), Assign("x4", "x3[0] ** 2 * c")]
+    assert render(propagate(items)) == ["    x1 = _arg(args, 0, 0, np.float64)",
+                                         "    x4 = x1[0] ** 2 * (-0.5)"]
+
+
+def test_a_loop_of_one_step_is_its_body_with_the_counter_zero():
+    items = build((1, Assign("x1", "_arg(args, 0, 0, np.float64)")), (1, Loop("i0", 1)),
+                  (2, "x1[i0] = 1.0"))
+    assert render(propagate(items)) == ["    x1 = _arg(args, 0, 0, np.float64)",
+                                        "    x1[0] = 1.0"]
+
+
+def test_names_rebound_or_read_before_their_copy_stay():
+    """A swapped pair (a double buffer), a copy whose source is rebound later in a loop,
+    and a name read around a loop before its copy is made keep their assignments."""
+    items = build(
+        (1, Assign("a", "_arg(args, 0, 0, np.float64)")),
+        (1, Assign("b", "_arg(args, 1, 0, np.float64)")),
+        (1, Assign("s", "0.0")),
+        (1, Block("while True:", loops=True)),
+        (2, Assign("p", "a")),          # a is rebound below: p keeps this iteration's a
+        (2, Assign(("a", "b"), "b, a")),
+        (2, "a[0] = p[0] + s"),
+        (2, Assign("s", "s + 1.0")),    # s is rebound: not a literal
+        (2, Assign("t", "q")),          # q is bound after this copy (loop-carried): kept
+        (2, Assign("q", "a")),
+        (2, "b[1] = t[0] + q[0]"))
+    text = render(propagate(items))
+    assert "        p = a" in text and "        a[0] = p[0] + s" in text
+    assert "        t = q" in text and "    s = 0.0" in text
+    assert "        b[1] = t[0] + q[0]" in text
+
+
+def test_a_copy_made_in_a_block_is_read_in_place_only_inside_it():
+    items = build((1, Assign("x1", "_arg(args, 0, 0, np.float64)")),
+                  (1, Block("if x1[0] > 0:")), (2, Assign("x2", "x1")), (2, "x2[0] = 0.0"),
+                  (1, "x1[1] = x2[0]"))
+    assert render(propagate(items)) == [
+        "    x1 = _arg(args, 0, 0, np.float64)", "    if x1[0] > 0:", "        x2 = x1",
+        "        x1[0] = 0.0", "    x1[1] = x2[0]"]

@@ -288,7 +288,7 @@ def _executable(graph, linked, constants, buffers, sources, layout):
     order by one function (native.sequence, with each part's table) when there are several.
     ``layout``: the phases of a threaded entry, and the parts' tables."""
     phases, tables = layout
-    if len(linked) == 1:
+    if not tables:  # one entry, not in parts (a part takes its table as a second argument)
         handle, address = linked[0]
     else:
         handle, address = native.sequence(linked, [np.array(t, np.int64) for t in tables])

@@ -24,7 +24,7 @@ from . import linalg, regions, structural  # noqa: F401  (they fill the lowering
 from . import parts
 from .emitter import Emitter
 from .linalg import BLAS_THRESHOLD
-from .passes import check_integers, phased, private_buffers, views
+from .passes import check_integers, phased, private_buffers, propagate, views
 from .source import Named, argument
 from .statements import Assign, names, render
 from .table import LOWERINGS
@@ -99,7 +99,11 @@ def generate(graph, n_threads=1, part_lines=None):
         if phases is not None:
             control = first + len(shared) + e.threads * len(private_buffers(e))
             own.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
-        lines = render(own + body)
+        lines = render(propagate(own + body))
+        if not lines:  # nothing to do once its copies are read in place
+            if len(bodies) > 1 and (sources or body is not bodies[-1]):
+                continue
+            lines = ["    pass"]
         check_integers(lines)
         params = "args"
         if len(bodies) > 1:  # a part: the same text wherever its program put things

@@ -6,7 +6,7 @@ entry that calls it, and LLVM inlines it at every call site: a deep program's si
 were sixty copies of ``_matmul`` (carray views, reference counts and all), a third of its
 compile time, paid again by every part of an entry cut in parts (parts.py). A kernel here is
 a C function of typed pointers and sizes, compiled from its own small module into the compile
-cache; generated code calls it as an external function (``_matmul_f8(a, b, out, ...)``), and
+cache; generated code calls it as an external function (``_matmul_float64(a, b, out, w, ...)``), and
 its address is given to LLVM's linker (``llvmlite.binding.add_symbol``) and to the object
 loader (the back end registers ``address`` as ``native.resolver``) before an entry that names
 it is compiled or linked.
@@ -26,19 +26,36 @@ from numba import types
 from lowering.numba_cpu import lean_pipeline
 from lowering.numba_cpu.target import entry
 
-@entry(lean_pipeline(), args=(types.CPointer(types.{dtype}),) * 3 + (types.int64,) * 4)
+@entry(lean_pipeline(), args=(types.CPointer(types.{dtype}),) * 4 + (types.int64,) * 6)
 """
 
 # The batched product out = a @ b of (batch, rows, inner) and (batch, inner, cols) row-major
 # arrays without BLAS: four output rows at a time share each load of a row of b, the inner
 # loop runs along contiguous rows (LLVM vectorises it), and every element is summed over k in
-# order (the bits of a plain dot, and of the small products written as loop nests).
+# order (the bits of a plain dot, and of the small products written as loop nests). With
+# ``ta``, a is stored (batch, inner, rows) and read in place; with ``tb``, b is stored
+# (batch, cols, inner) and arranged into the workspace ``w`` first: the transposed operands
+# of a backward pass cost no loop nest in the entry that calls the kernel.
 _MATMUL = """\
-def quabla_entry(a, b, out, batch, rows, inner, cols):
+def quabla_entry(a, b, out, w, batch, rows, inner, cols, ta, tb):
     i = 0
     while i < batch * rows * cols:
         out[i] = {zero}
         i += 1
+    if tb:
+        g = 0
+        while g < batch:
+            n = 0
+            while n < cols:
+                k = 0
+                while k < inner:
+                    w[g * inner * cols + k * cols + n] = b[g * inner * cols + n * inner + k]
+                    k += 1
+                n += 1
+            g += 1
+        b = w
+    am = 1 if ta else inner
+    ak = rows if ta else 1
     g = 0
     while g < batch:
         pa = g * rows * inner
@@ -48,10 +65,10 @@ def quabla_entry(a, b, out, batch, rows, inner, cols):
         while m + 4 <= rows:
             k = 0
             while k < inner:
-                s0 = a[pa + m * inner + k]
-                s1 = a[pa + (m + 1) * inner + k]
-                s2 = a[pa + (m + 2) * inner + k]
-                s3 = a[pa + (m + 3) * inner + k]
+                s0 = a[pa + m * am + k * ak]
+                s1 = a[pa + (m + 1) * am + k * ak]
+                s2 = a[pa + (m + 2) * am + k * ak]
+                s3 = a[pa + (m + 3) * am + k * ak]
                 rb = pb + k * cols
                 r0 = po + m * cols
                 n = 0
@@ -67,7 +84,7 @@ def quabla_entry(a, b, out, batch, rows, inner, cols):
         while m < rows:
             k = 0
             while k < inner:
-                s = a[pa + m * inner + k]
+                s = a[pa + m * am + k * ak]
                 rb = pb + k * cols
                 r0 = po + m * cols
                 n = 0

@@ -74,28 +74,39 @@ def dot_general(e, node, out, args, dimension_numbers):
         b, tb = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
         e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
         e.emit(f"_gemm({a}, {b}, {target}, {M}, {K}, {N}, {int(ta)}, {int(tb)})")
-    else:
+    elif blas:
         a = arrange(e, f"{t}a", args[0], lshape, lhs.dtype, p.lhs_order, (B, M, K))
-        b = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
+        b, _ = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
         e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
-        if blas:
-            e.loop("b", B)
-            e.emit(f"_gemm(_offset({a}, b * {M * K}), _offset({b}, b * {K * N}), "
-                   f"_offset({target}, b * {M * N}), {M}, {K}, {N}, 0, 0)", 2)
-        elif B * M * K * N <= SMALL_LOOP:
-            small_product(e, a, b, target, (B, M, K, N), node.dtype)
+        e.loop("b", B)
+        e.emit(f"_gemm(_offset({a}, b * {M * K}), _offset({b}, b * {K * N}), "
+               f"_offset({target}, b * {M * N}), {M}, {K}, {N}, 0, 0)", 2)
+    else:
+        (_, _), (lb, _) = dimension_numbers
+        a, ta = kernel_operand(e, f"{t}a", args[0], lshape, lhs.dtype,
+                               (lb, p.lhs_free, lc), (B, M, K))
+        b, tb = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
+        e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
+        if B * M * K * N <= SMALL_LOOP:
+            small_product(e, a, b, target, (B, M, K, N), node.dtype, ta, tb)
         else:
-            e.emit(f"_matmul_{node.dtype.name}({a}, {b}, {target}, {B}, {M}, {K}, {N})")
+            work = b
+            if tb:  # the kernel arranges it here first
+                work = f"{t}w"
+                e.alloc(work, (B, K, N), node.dtype)
+            e.emit(f"_matmul_{node.dtype.name}({a}, {b}, {target}, {work}, {B}, {M}, {K}, "
+                   f"{N}, {int(ta)}, {int(tb)})")
     if accumulate:
         e.loops((B * M * N,), f"{t}[i0] += {target}[i0]")
     else:
         product_result(e, node, out, t)
 
 
-def small_product(e, a, b, out, dims, dtype):
+def small_product(e, a, b, out, dims, dtype, ta=False, tb=False):
     """``out`` = (B, M, K) x (B, K, N) as a plain loop nest summing over k in order (as
     the product kernel does, so the same bits): cheaper than that kernel's first compile,
-    and as fast for products this small."""
+    and as fast for products this small. ``ta``, ``tb``: ``a`` is stored (B, K, M), ``b``
+    (B, N, K)."""
     B, M, K, N = dims
     acc = f"{out}s"
     e.loop("i0", B)
@@ -103,7 +114,9 @@ def small_product(e, a, b, out, dims, dtype):
     e.loop("i2", N, 3)
     e.assign(acc, literal(0.0, dtype.name), 4)
     e.loop("k", K, 4)
-    e.assign(acc, f"{acc} + {e.at(a, ['i0', 'i1', 'k'])} * {e.at(b, ['i0', 'k', 'i2'])}", 5)
+    left = e.at(a, ["i0", "k", "i1"] if ta else ["i0", "i1", "k"])
+    right = e.at(b, ["i0", "i2", "k"] if tb else ["i0", "k", "i2"])
+    e.assign(acc, f"{acc} + {left} * {right}", 5)
     e.emit(f"{e.at(out, ['i0', 'i1', 'i2'])} = {acc}", 4)
 
 
@@ -117,9 +130,9 @@ def blas_2d(e, node):
 
 
 def rhs_operand(e, node, target, expiry=None):
-    """The right operand of a product as the kernel takes it: (contraction, cols) for a
-    2-d BLAS product (with its transposition flag, see ``operand_2d``), else (batch,
-    contraction, cols). For a small BLAS product (OpenBLAS's
+    """``(pointer, transposed)``: the right operand of a product as the kernel takes it:
+    (contraction, cols) for a 2-d BLAS product (see ``operand_2d``), (batch, contraction,
+    cols) for a batch of BLAS products, else as ``kernel_operand`` gives it. For a small BLAS product (OpenBLAS's
     small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or more it is copied when it
     would be read transposed: those kernels multiply by a transposed right operand ~1.5x
     slower (8 x 128x32 @ 32x32: 57 us instead of 38 us); the copy is smaller than the
@@ -135,7 +148,31 @@ def rhs_operand(e, node, target, expiry=None):
         small = M * K * N <= SMALL_PRODUCT and M >= 16 and K * N <= M * K
         return operand_2d(e, target, name, rshape, rc, p.rhs_free, K, N, rhs.dtype,
                           copy_transposed=small, expiry=expiry)
-    return arrange(e, target, name, rshape, rhs.dtype, p.rhs_order, (B, K, N), expiry=expiry)
+    if blas:
+        return arrange(e, target, name, rshape, rhs.dtype, p.rhs_order, (B, K, N),
+                       expiry=expiry), False
+    (_, _), (_, rb) = node.kw["dimension_numbers"]
+    return kernel_operand(e, target, name, rshape, rhs.dtype, (rb, rc, p.rhs_free), (B, K, N),
+                          expiry=expiry)
+
+
+def kernel_operand(e, target, name, shape, dtype, groups, shape3, expiry=None):
+    """``(pointer, transposed)``: the operand (of ``shape``) whose axes ``groups`` (batch,
+    first, second) make the (B, first, second) array ``shape3`` that the product kernel and
+    the small products take: its own memory when in that order, the same with its last two
+    groups swapped (transposed: stored (B, second, first), read in place) when in that
+    order, else a copy (``arrange``). Reading in place saves the copy's loop nest in
+    generated code (the compile time of a transpose per backward product) and its time."""
+    batch, first, second = groups
+    order = lambda dims: [d for d in dims if shape[d] != 1]  # noqa: E731
+    increasing = lambda dims: all(a < b for a, b in zip(dims, dims[1:]))  # noqa: E731
+    B, rows, cols = shape3
+    if increasing(order(batch) + order(first) + order(second)):
+        return e.reshaped(name, shape3, f"{target}3"), False
+    if increasing(order(batch) + order(second) + order(first)):
+        return e.reshaped(name, (B, cols, rows), f"{target}3"), True
+    return arrange(e, target, name, shape, dtype, tuple(batch) + tuple(first) + tuple(second),
+                   shape3, expiry=expiry), False
 
 
 def operand_2d(e, target, name, shape, first, second, rows, cols, dtype=None,

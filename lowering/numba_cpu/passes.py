@@ -1,16 +1,18 @@
 """Passes over an entry's statements: ``phased`` splits an entry around its threaded tile
-loop, ``views`` writes the prologue's scratch views, and ``check_integers`` refuses integers
-beyond int64 in the rendered lines.
+loop, ``views`` writes the prologue's scratch views, ``propagate`` reads copies and literals in
+place of the names bound to them, and ``check_integers`` refuses integers beyond int64 in the
+rendered lines.
 """
 
+import collections
 import re
 
 from ..loopnest.buffers import PRIVATE, dtype_of
 from . import threads
 from .source import Named, argument
-from .statements import Assign, Block, assigned, assignments, exposed, names
+from .statements import Assign, Block, Loop, assigned, assignments, exposed, names, walk
 
-__all__ = ["check_integers", "views", "phased", "private_buffers", "Handover"]
+__all__ = ["check_integers", "views", "propagate", "phased", "private_buffers", "Handover"]
 
 
 def check_integers(lines):
@@ -38,6 +40,89 @@ def views(slots, pointers):
             same = f"_offset({buffer}, {start})" if start else buffer
         lines.append(Assign(var, same))
     return lines
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+_REBINDS = re.compile(r"^([A-Za-z_]\w*) *[-+*/]?=(?!=)")  # a plain-string statement binding a name
+_WORDS = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def propagate(items):
+    """``items`` with every copy read in place of its name: a name bound once to another name
+    bound once before it (``x5 = x2``: a view of the same slot, a reshape, a region's carried
+    value), or to a literal (``x7 = 0.5``), is replaced by its value in the statements that
+    follow it in its block, and its assignment dropped when nothing else reads it; a loop of
+    one iteration becomes its body, its counter read as 0. Views,
+    reshapes and the constants of region bodies bind a third of a deep entry's names; each
+    costs Numba's front end, typing, lowering and liveness analysis as much as arithmetic,
+    and LLVM removes none of that cost."""
+    binds = collections.Counter()
+    for item in walk(items):
+        if isinstance(item, Assign):
+            binds.update(item.targets)
+        elif isinstance(item, Loop):
+            binds[item.var] += 2
+        elif isinstance(item, str) and _REBINDS.match(item):
+            binds[_REBINDS.match(item).group(1)] += 2
+    seen, copies = set(), set()
+
+    def sub(text, env):
+        return _WORDS.sub(lambda m: env.get(m.group(0), m.group(0)), text) if env else text
+
+    def run(items, env):
+        out, env = [], dict(env)
+        for item in items:
+            if isinstance(item, Assign):
+                value = sub(item.value, env)
+                item = Assign(item.targets, value)
+                name = item.targets[0]
+                if len(item.targets) == 1 and binds[name] == 1 and (
+                        _LITERAL.match(value) and not _IDENTIFIER.match(value)
+                        or _IDENTIFIER.match(value) and (binds[value] == 0 or
+                                                         binds[value] == 1 and value in seen)):
+                    env[name] = f"({value})" if value.startswith("-") else value
+                    copies.add(id(item))
+                seen.update(item.targets)
+            elif isinstance(item, Loop) and item.once():  # its body, with its counter 0
+                seen.add(item.var)
+                out += run(item.body, {**env, item.var: "0"})
+                continue
+            elif isinstance(item, Loop):
+                loop = Loop(item.var, *(sub(str(b), env) if isinstance(b, str) else b
+                                        for b in (item.stop, item.start, item.step)))
+                seen.add(item.var)
+                loop.body = run(item.body, env)
+                item = loop
+            elif isinstance(item, Block):
+                item = Block(sub(item.header, env), run(item.body, env), item.loops)
+            else:
+                item = sub(item, env)
+            out.append(item)
+        return out
+
+    def drop(items, unread):
+        out = []
+        for item in items:
+            if isinstance(item, Assign) and id(item) in copies and item.targets[0] in unread:
+                continue
+            if isinstance(item, (Loop, Block)):
+                item.body = drop(item.body, unread)
+            out.append(item)
+        return out
+
+    result = run(items, {})
+    while True:
+        read = collections.Counter()
+        for item in walk(result):
+            text = (item.value if isinstance(item, Assign) else item.header
+                    if isinstance(item, Block) else f"{item.start} {item.stop} {item.step}"
+                    if isinstance(item, Loop) else item)
+            read.update(_WORDS.findall(text))
+        unread = {item.targets[0] for item in walk(result)
+                  if isinstance(item, Assign) and id(item) in copies} - set(read)
+        if not unread:
+            return result
+        result = drop(result, unread)
 
 
 def private_buffers(e):

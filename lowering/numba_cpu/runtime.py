@@ -592,7 +592,7 @@ def _ndtri(x):
 # Products without BLAS: kernels compiled once and called by symbol (external.py)
 _matmul_float64, _matmul_float32 = (
     types.ExternalFunction(f"quabla_k_matmul_{name}",
-                           types.void(*(types.CPointer(dtype),) * 3, *(types.int64,) * 4))
+                           types.void(*(types.CPointer(dtype),) * 4, *(types.int64,) * 6))
     for name, dtype in (("float64", types.float64), ("float32", types.float32)))
 
 

@@ -17,8 +17,8 @@ binds each element offset it computes more than once to a local first (``bound_o
 import itertools
 import re
 
-__all__ = ["Assign", "Loop", "Block", "Code", "render", "assignments", "assigned", "names",
-           "exposed"]
+__all__ = ["Assign", "Loop", "Block", "Code", "render", "walk", "assignments", "assigned",
+           "names", "exposed"]
 
 
 class Assign:
@@ -84,16 +84,17 @@ class Code:
             self._open.append(statement.body)
 
 
-def _children(items):
+def walk(items):
+    """Every statement of ``items``, nested ones included, in source order."""
     for item in items:
         yield item
         if isinstance(item, (Loop, Block)):
-            yield from _children(item.body)
+            yield from walk(item.body)
 
 
 def assignments(items):
     """The ``Assign`` statements of ``items``, nested ones included."""
-    return [item for item in _children(items) if isinstance(item, Assign)]
+    return [item for item in walk(items) if isinstance(item, Assign)]
 
 
 def assigned(items):
@@ -107,7 +108,7 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 def names(items):
     """Every name ``items`` mention (read or bound)."""
     found = set()
-    for item in _children(items):
+    for item in walk(items):
         if isinstance(item, Loop):
             found.update(_NAME.findall(f"{item.var} {item.start} {item.stop} {item.step}"))
         else:
@@ -139,7 +140,7 @@ def exposed(items, bound=frozenset()):
 def _repeats(items):
     """Whether rendering ``items`` gives a loop (``Loop.once`` loops render as their body)."""
     return any(isinstance(item, Loop) and not item.once()
-               or isinstance(item, Block) and item.loops for item in _children(items))
+               or isinstance(item, Block) and item.loops for item in walk(items))
 
 
 def render(items, depth=1):
@@ -169,7 +170,7 @@ def _render_loop(loop, depth):
     inner = depth if loop.once() else depth + 1
     body, offsets = _render(loop.body, inner)
     if not _repeats(loop.body):
-        counters = {item.var for item in _children(loop.body) if isinstance(item, Loop)}
+        counters = {item.var for item in walk(loop.body) if isinstance(item, Loop)}
         body, bound = bound_offsets(body, "    " * inner, assigned(loop.body) | counters | offsets)
         offsets |= bound
     var = loop.var
