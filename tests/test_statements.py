@@ -3,6 +3,7 @@ names each statement binds are fields, not parsed from text."""
 
 import pytest
 
+from lowering.numba_cpu.passes import propagate
 from lowering.numba_cpu.statements import Assign, Block, Code, Loop, assigned, names, render
 
 
@@ -58,8 +59,6 @@ def test_a_statement_under_no_block_is_refused():
 
 
 # -- copies read in place (passes.propagate) --------------------------------------------------
-
-from lowering.numba_cpu.passes import propagate  # noqa: E402
 
 
 def test_copies_and_literals_are_read_in_place_and_their_names_dropped():
