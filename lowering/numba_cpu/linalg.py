@@ -132,11 +132,11 @@ def blas_2d(e, node):
 def rhs_operand(e, node, target, expiry=None):
     """``(pointer, transposed)``: the right operand of a product as the kernel takes it:
     (contraction, cols) for a 2-d BLAS product (see ``operand_2d``), (batch, contraction,
-    cols) for a batch of BLAS products, else as ``kernel_operand`` gives it. For a small BLAS product (OpenBLAS's
-    small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or more it is copied when it
-    would be read transposed: those kernels multiply by a transposed right operand ~1.5x
-    slower (8 x 128x32 @ 32x32: 57 us instead of 38 us); the copy is smaller than the
-    left operand."""
+    cols) for a batch of BLAS products, else as ``kernel_operand`` gives it. For a small
+    BLAS product (OpenBLAS's small-matrix kernels, up to 1e6 multiply-adds) with 16 rows or
+    more it is copied when it would be read transposed: those kernels multiply by a
+    transposed right operand ~1.5x slower (8 x 128x32 @ 32x32: 57 us instead of 38 us);
+    the copy is smaller than the left operand."""
     (_, rc), _ = node.kw["dimension_numbers"]
     rhs = e.nodes[node.operands[1]]
     rshape = e.local_shape(node.operands[1])
