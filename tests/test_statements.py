@@ -103,3 +103,18 @@ def test_a_copy_made_in_a_block_is_read_in_place_only_inside_it():
     assert render(propagate(items)) == [
         "    x1 = _arg(args, 0, 0, np.float64)", "    if x1[0] > 0:", "        x2 = x1",
         "        x1[0] = 0.0", "    x1[1] = x2[0]"]
+
+
+def test_short_loops_of_plain_statements_are_written_out_with_literal_indices():
+    items = build((1, Assign("x1", "_arg(args, 0, 0, np.float64)")),
+                  (1, Loop("i0", 2)), (2, "x1[2 * i0 + 1] = x1[2 * i0]"),
+                  (1, Loop("i1", 5)), (2, "x1[i1] = 0.0"),          # too many steps
+                  (1, Loop("i2", 2)), (2, Loop("i3", 3)), (3, "x1[i2 + i3] = 1.0"))  # a nest
+    assert render(propagate(items)) == [
+        "    x1 = _arg(args, 0, 0, np.float64)",
+        "    x1[1] = x1[0]",
+        "    x1[3] = x1[2]",
+        "    i1 = 0", "    while i1 < 5:", "        x1[i1] = 0.0", "        i1 += 1",
+        "    i2 = 0", "    while i2 < 2:",
+        "        x1[i2 + 0] = 1.0", "        x1[i2 + 1] = 1.0", "        x1[i2 + 2] = 1.0",
+        "        i2 += 1"]

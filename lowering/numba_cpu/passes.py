@@ -5,6 +5,7 @@ rendered lines.
 """
 
 import collections
+import math
 import re
 
 from ..loopnest.buffers import PRIVATE, dtype_of
@@ -42,6 +43,26 @@ def views(slots, pointers):
     return lines
 
 
+# an index of integer literals only, once a counter is substituted (``v3[2 * 1 + 0]``)
+_CONSTANT_INDEX = re.compile(r"\[(\d+(?: [+*] \d+)+)\]")
+# a loop of at most this many steps and statements in all, of statements that are not blocks,
+# is written out: Numba's passes cost per block and variable, LLVM unrolls it anyway
+UNROLL_STEPS, UNROLL_STATEMENTS = 4, 8
+
+
+def _folded(index):
+    """The value of an index of integer literals, sums of products (``2 * 1 + 0``)."""
+    return sum(math.prod(int(f) for f in term.split("*")) for term in index.split("+"))
+
+
+def _unrolled(loop):
+    if not all(isinstance(b, int) for b in (loop.start, loop.stop, loop.step)):
+        return False
+    steps = len(range(loop.start, loop.stop, loop.step))
+    return steps == 1 or (steps <= UNROLL_STEPS and steps * len(loop.body) <= UNROLL_STATEMENTS
+                          and not any(isinstance(item, (Loop, Block)) for item in loop.body))
+
+
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 _REBINDS = re.compile(r"^([A-Za-z_]\w*) *[-+*/]?=(?!=)")  # a plain-string statement binding a name
 _WORDS = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -52,7 +73,8 @@ def propagate(items):
     bound once before it (``x5 = x2``: a view of the same slot, a reshape, a region's carried
     value), or to a literal (``x7 = 0.5``), is replaced by its value in the statements that
     follow it in its block, and its assignment dropped when nothing else reads it; a loop of
-    one iteration becomes its body, its counter read as 0. Views,
+    one step, or of a few steps over a few plain statements, becomes its bodies, its counter
+    read as a literal (and indices of literals folded). Views,
     reshapes and the constants of region bodies bind a third of a deep entry's names; each
     costs Numba's front end, typing, lowering and liveness analysis as much as arithmetic,
     and LLVM removes none of that cost."""
@@ -67,7 +89,10 @@ def propagate(items):
     seen, copies = set(), set()
 
     def sub(text, env):
-        return _WORDS.sub(lambda m: env.get(m.group(0), m.group(0)), text) if env else text
+        if not env:
+            return text
+        text = _WORDS.sub(lambda m: env.get(m.group(0), m.group(0)), text)
+        return _CONSTANT_INDEX.sub(lambda m: f"[{_folded(m.group(1))}]", text)
 
     def run(items, env):
         out, env = [], dict(env)
@@ -83,9 +108,10 @@ def propagate(items):
                     env[name] = f"({value})" if value.startswith("-") else value
                     copies.add(id(item))
                 seen.update(item.targets)
-            elif isinstance(item, Loop) and item.once():  # its body, with its counter 0
+            elif isinstance(item, Loop) and _unrolled(item):  # its bodies, the counter literal
                 seen.add(item.var)
-                out += run(item.body, {**env, item.var: "0"})
+                for k in range(item.start, item.stop, item.step):
+                    out += run(item.body, {**env, item.var: str(k)})
                 continue
             elif isinstance(item, Loop):
                 loop = Loop(item.var, *(sub(str(b), env) if isinstance(b, str) else b
