@@ -64,6 +64,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
     """The machine code of an entry (or a kernel), optimised as the module docstring says."""
 
     _REFERENCE_COUNTS = ("NRT_incref", "NRT_decref")
+    slp = False  # LLVM's SLP vectoriser (``entry(slp=True)``)
 
     def _optimize_functions(self, ll_module):
         pass  # the module pipeline below runs the same passes on every function
@@ -72,7 +73,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
         module = self._final_module
         if any(f.name in self._REFERENCE_COUNTS for f in module.functions):
             return super()._optimize_final_module()  # a kernel: Numba's pruning pipeline
-        manager, builder = self._codegen._module_pass_manager()
+        manager, builder = self._codegen._module_pass_manager(slp_vectorize=self.slp)
         manager.run(module, builder)
 
 
@@ -150,12 +151,13 @@ class Entry:
         self.address = library.get_pointer_to_function(native_name)
 
 
-def entry(pipeline_class, nrt=False, args=(types.voidptr,)):
+def entry(pipeline_class, nrt=False, args=(types.voidptr,), slp=False):
     """A decorator that compiles ``def f(args)`` as a C function ``void f(void *)`` for this
     target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target (or a C
     function of the Numba types ``args``: external.py's kernels). An entry allocates nothing;
     one that makes arrays (``carray`` views for the kernels) needs ``nrt``: Numba then counts
-    their references."""
+    their references. ``slp`` turns on LLVM's SLP vectoriser, which Numba leaves off: it
+    makes vector operations of the product kernel's register tiles (compiled once per cache)."""
     def compile_entry(function):
         flags = compiler.Flags()
         cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
@@ -170,5 +172,6 @@ def entry(pipeline_class, nrt=False, args=(types.voidptr,)):
                 _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
                 args=tuple(args), return_type=types.void, flags=flags, locals={},
                 pipeline_class=pipeline_class)
+            result.library.slp = slp  # read when the library is finalised, below
             return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name)
     return compile_entry
