@@ -60,76 +60,15 @@ def quabla_entry(a, b, out, w, batch, rows, inner, cols, ta, tb):
         pb = g * inner * cols
         po = g * rows * cols
         m = 0
-        while m + 4 <= rows:
+        while m + {size} <= rows:
             n = 0
-            while n + 4 <= cols:
-                c0_0 = {zero}
-                c0_1 = {zero}
-                c0_2 = {zero}
-                c0_3 = {zero}
-                c1_0 = {zero}
-                c1_1 = {zero}
-                c1_2 = {zero}
-                c1_3 = {zero}
-                c2_0 = {zero}
-                c2_1 = {zero}
-                c2_2 = {zero}
-                c2_3 = {zero}
-                c3_0 = {zero}
-                c3_1 = {zero}
-                c3_2 = {zero}
-                c3_3 = {zero}
-                k = 0
-                while k < inner:
-                    rb = pb + k * cols + n
-                    b0 = b[rb + 0]
-                    b1 = b[rb + 1]
-                    b2 = b[rb + 2]
-                    b3 = b[rb + 3]
-                    ra = pa + m * am + k * ak
-                    s = a[ra + 0 * am]
-                    c0_0 += s * b0
-                    c0_1 += s * b1
-                    c0_2 += s * b2
-                    c0_3 += s * b3
-                    s = a[ra + 1 * am]
-                    c1_0 += s * b0
-                    c1_1 += s * b1
-                    c1_2 += s * b2
-                    c1_3 += s * b3
-                    s = a[ra + 2 * am]
-                    c2_0 += s * b0
-                    c2_1 += s * b1
-                    c2_2 += s * b2
-                    c2_3 += s * b3
-                    s = a[ra + 3 * am]
-                    c3_0 += s * b0
-                    c3_1 += s * b1
-                    c3_2 += s * b2
-                    c3_3 += s * b3
-                    k += 1
-                r = po + m * cols + n
-                out[r + 0 * cols + 0] = c0_0
-                out[r + 0 * cols + 1] = c0_1
-                out[r + 0 * cols + 2] = c0_2
-                out[r + 0 * cols + 3] = c0_3
-                out[r + 1 * cols + 0] = c1_0
-                out[r + 1 * cols + 1] = c1_1
-                out[r + 1 * cols + 2] = c1_2
-                out[r + 1 * cols + 3] = c1_3
-                out[r + 2 * cols + 0] = c2_0
-                out[r + 2 * cols + 1] = c2_1
-                out[r + 2 * cols + 2] = c2_2
-                out[r + 2 * cols + 3] = c2_3
-                out[r + 3 * cols + 0] = c3_0
-                out[r + 3 * cols + 1] = c3_1
-                out[r + 3 * cols + 2] = c3_2
-                out[r + 3 * cols + 3] = c3_3
-                n += 4
-            m += 4
+            while n + {size} <= cols:
+{tile}
+                n += {size}
+            m += {size}
         i = 0
         while i < rows:
-            n = 0 if i >= m else cols - cols % 4
+            n = 0 if i >= m else cols - cols % {size}
             while n < cols:
                 acc = {zero}
                 k = 0
@@ -143,11 +82,29 @@ def quabla_entry(a, b, out, w, batch, rows, inner, cols, ta, tb):
 """
 
 _ZERO = {"float64": "0.0", "float32": "np.float32(0.0)"}
+TILE = 4  # rows and columns of a tile
+
+
+def _tile(zero, size=TILE, indent=" " * 16):
+    """The body of the loop over a row of tiles: the accumulators ``c<i>_<j>``, the sum over k
+    (a row of ``b`` loaded once, an element of ``a`` per row), the tile stored."""
+    pairs = [(i, j) for i in range(size) for j in range(size)]
+    body = [f"c{i}_{j} = {zero}" for i, j in pairs] + ["k = 0", "while k < inner:"]
+    step = ["rb = pb + k * cols + n"] + [f"b{j} = b[rb + {j}]" for j in range(size)]
+    step.append("ra = pa + m * am + k * ak")
+    for i in range(size):
+        step.append(f"s = a[ra + {i} * am]")
+        step += [f"c{i}_{j} += s * b{j}" for j in range(size)]
+    body += ["    " + line for line in step + ["k += 1"]]
+    body += ["r = po + m * cols + n"] + [f"out[r + {i} * cols + {j}] = c{i}_{j}" for i, j in pairs]
+    return "\n".join(indent + line for line in body)
 
 # symbol -> the module source of its kernel; generated code calls symbol ``quabla_k<name>``
 # as ``<name>`` (runtime.py declares it)
 SYMBOLS = {f"quabla_k_matmul_{dtype}": _HEADER.format(dtype=dtype)
-           + _MATMUL.replace("{zero}", _ZERO[dtype]) for dtype in ("float64", "float32")}
+           + _MATMUL.replace("{tile}", _tile(_ZERO[dtype])).replace("{zero}", _ZERO[dtype])
+           .replace("{size}", str(TILE))
+           for dtype in ("float64", "float32")}
 _CALLS = {symbol: re.compile(rf"\b{symbol[len('quabla_k'):]}\(") for symbol in SYMBOLS}
 
 _lock = threading.RLock()
