@@ -102,7 +102,7 @@ def generate(graph, n_threads=1, part_lines=None):
         lines = render(propagate(own + body))
         if not lines:  # nothing to do once its copies are read in place
             if len(bodies) > 1 and (sources or body is not bodies[-1]):
-                continue
+                continue  # a part left out (the last one stays when all before it went)
             lines = ["    pass"]
         check_integers(lines)
         params = "args"
