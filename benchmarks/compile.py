@@ -17,14 +17,16 @@ not include the phases nested in it):
   numba typing         Numba's type inference
   numba lowering       Numba's lowering of typed IR to LLVM IR
   llvm optimisation    LLVM's function and module passes
-  llvm codegen         machine code for the optimised module (MCJIT's finalize_object)
+  llvm codegen         machine code for the optimised module (an object file)
   numba other          the rest of Numba's compile (exec of the module, dispatchers, its cache)
   cache                the compile cache's key, lookups and writes (lowering/cache.py)
   link                 linking the object with llvmlite (lowering/native.py)
   other                the rest of the first call (argument handling, running the program)
 
 by wrapping those functions (and listening to Numba's ``numba:run_pass`` events) in the
-measuring process only; the library carries no timing code. The cases: the README PINN
+measuring process only, which runs LLVM's work on the compiling thread so that the phases
+add up (the library runs it on a thread of its own: target.LLVM_THREAD); the library carries
+no timing code. The cases: the README PINN
 (``pinn_vmap``), the MLP PINN at widths 32 and 64 (``mlp_pinn_32``, ``mlp_pinn_64``: the same
 network with ``problems.MLP_WIDTH`` set in the child) and Lennard-Jones with 1024 particles
 (``lj``), and value_and_grad of the 1000-step scan integrator (``scan_oscillator``). JAX's
@@ -123,6 +125,10 @@ class Phases:
         self.wrap(CPUCodeLibrary, "_optimize_final_module", "llvm optimisation")
         self.wrap(target.EntryLibrary, "_optimize_final_module", "llvm optimisation")
         self.wrap(JITCodeLibrary, "_finalize_specific", "llvm codegen")
+        # an entry's LLVM work (target.Entry), on this thread so that phases do not overlap
+        target.LLVM_THREAD = False
+        self.wrap(target, "_optimise", "llvm optimisation")
+        self.wrap(target, "_emit", "llvm codegen")
         passes = {"nopython_type_inference": "numba typing", "native_lowering": "numba lowering"}
         phases = self
 

@@ -299,34 +299,45 @@ def load(object_code, entry, symbols):
 
 
 class _Sequence:
-    """A function calling the entries of a program's parts in order, compiled from a few lines
-    of LLVM IR (not cached: it names this process's addresses). It holds the parts' code."""
+    """A function calling the entries of a program's parts in order (or the one part of a
+    threaded entry's phase that the control row names), compiled from a few lines of LLVM IR
+    (not cached: it names this process's addresses). It holds the parts' code."""
 
-    __slots__ = ("engine", "parts", "tables", "__weakref__")
+    __slots__ = ("engine", "parts", "__weakref__")
 
-    def __init__(self, parts, tables):
+    def __init__(self, parts, control):
         llvm = _binding()
-        calls = "".join(
-            f"  %f{k} = inttoptr i64 {address} to void (i8*, i64*)*\n"
-            f"  %t{k} = inttoptr i64 {table.ctypes.data} to i64*\n"
-            f"  call void %f{k}(i8* %args, i64* %t{k})\n"
-            for k, ((_, address), table) in enumerate(zip(parts, tables)))
-        ir = f"define void @quabla_sequence(i8* %args) {{\n{calls}  ret void\n}}\n"
+        calls = [f"  %f{k} = inttoptr i64 {address} to void (i8*)*\n"
+                 f"  call void %f{k}(i8* %args)\n" for k, (_, address) in enumerate(parts)]
+        if control is None:
+            body = "".join(calls) + "  ret void\n"
+        else:  # ctl[0] of the array args[control] picks the part
+            body = (f"  %item = getelementptr i8, i8* %args, i64 {TUPLE_ITEMS + 8 * control}\n"
+                    "  %itemp = bitcast i8* %item to i8**\n"
+                    "  %array = load i8*, i8** %itemp\n"
+                    f"  %field = getelementptr i8, i8* %array, i64 {ARRAY_DATA}\n"
+                    "  %fieldp = bitcast i8* %field to i64**\n"
+                    "  %row = load i64*, i64** %fieldp\n"
+                    "  %phase = load i64, i64* %row\n"
+                    f"  switch i64 %phase, label %p{len(calls) - 1} ["
+                    + " ".join(f"i64 {k}, label %p{k}" for k in range(len(calls) - 1)) + "]\n"
+                    + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls)))
+        ir = f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
         target = llvm.Target.from_default_triple().create_target_machine()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
         self.engine.finalize_object()
         self.parts = [handle for handle, _ in parts]
-        self.tables = tables  # read by the parts on every call
         finalizer = weakref.finalize(self, _close, self.engine)
         finalizer.atexit = False
 
 
-def sequence(parts, tables):
-    """``(handle, address)`` of one entry ``void entry(args)`` that calls the functions
-    ``void part(args, int64 *table)`` of ``parts`` (``(handle, address)`` each, as ``load``
-    gives) in order, each with its table (an int64 array, held as long as the handle)."""
+def sequence(parts, control=None):
+    """``(handle, address)`` of one entry ``void entry(args)`` that calls the entries of
+    ``parts`` (``(handle, address)`` each, as ``load`` gives) in order; with ``control``, only
+    the part numbered by the first element of the int64 array ``args[control]`` (the last
+    part for any number past it): the phases of a threaded entry."""
     with _lock:
-        held = _Sequence(parts, tables)
+        held = _Sequence(parts, control)
         address = held.engine.get_function_address("quabla_sequence")
     return held, address
 

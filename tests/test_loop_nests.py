@@ -255,7 +255,7 @@ def test_generated_code_has_no_reshape_of_scratch():
     params, x = mlp_params(8, rng), np.linspace(0.0, 1.0, 256)
     args = (qb.tree.map(qb.array, params), qb.array(x))
     graph = qb.jit(qb.value_and_grad(mlp, has_aux=True)).lower(*args).graph
-    bodies, constants, _, _, _ = generate(graph)
+    bodies, constants, _, _ = generate(graph)
     body = "".join(bodies)
     first_buffer = len(graph.inputs) + len(graph.outputs) + len(constants)
     scratch = {name for name, k in re.findall(r"^    (\w+) = _arg\(args, (\d+),", body, re.M)

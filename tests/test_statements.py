@@ -118,3 +118,26 @@ def test_short_loops_of_plain_statements_are_written_out_with_literal_indices():
         "    i2 = 0", "    while i2 < 2:",
         "        x1[i2 + 0] = 1.0", "        x1[i2 + 1] = 1.0", "        x1[i2 + 2] = 1.0",
         "        i2 += 1"]
+
+
+def test_copies_bound_in_exclusive_branches_are_read_in_place_in_each():
+    # a cond region's branches: each binds its own literal and alias of one name
+    items = build((1, Assign("w", "_arg(args, 3, 0, np.float64)")), (1, Block("if q == 0:")),
+                  (2, Assign("c", "1.0")), (2, Assign("v", "w")), (2, "r[0] = c + v[0]"),
+                  (1, Block("elif q == 1:")), (2, Assign("c", "2.0")), (2, "r[1] = c"),
+                  (1, Block("else:")), (2, Assign("w", "_offset(w, 4)")), (2, Assign("v", "w")),
+                  (2, "r[2] = v[1]"))
+    assert render(propagate(items)) == [
+        "    w = _arg(args, 3, 0, np.float64)",
+        # ``w`` is bound again in the last branch (the counts are the function's): the
+        # aliases of it stay
+        "    if q == 0:", "        v = w", "        r[0] = 1.0 + v[0]",
+        "    elif q == 1:", "        r[1] = 2.0",
+        "    else:", "        w = _offset(w, 4)", "        v = w", "        r[2] = v[1]"]
+
+
+def test_a_name_bound_in_a_branch_and_after_it_is_not_a_copy():
+    items = build((1, Block("if q:")), (2, Assign("c", "1.0")), (2, "r[0] = c"),
+                  (1, Assign("c", "2.0")), (1, "r[1] = c"))
+    assert render(propagate(items)) == ["    if q:", "        c = 1.0", "        r[0] = c",
+                                        "    c = 2.0", "    r[1] = c"]

@@ -38,9 +38,6 @@ from lowering.numba_cpu.target import entry
 """
 _KERNELS_IMPORT = "from numba import carray\nfrom lowering.numba_cpu.kernels import {}\n"
 _DECORATOR = "\n@entry(lean_pipeline(), nrt={})\n"
-# a part of an entry (parts.py): the argument tuple and its table of integers
-_PART_DECORATOR = ("\nfrom numba import types\n\n@entry(lean_pipeline(), nrt={}, "
-                   "args=(types.voidptr, types.CPointer(types.int64)))\n")
 
 
 # Passes of Numba's nopython pipeline for constructs generated code never contains (with
@@ -82,38 +79,30 @@ def lean_pipeline():
 
 
 def module_source(graph, n_threads=None):
-    """``(sources, constants, buffers, phases, tables)``: the module of each part of
-    ``graph``'s entry (codegen.generate: an entry cut in parts has a table per part), its tile loop split across ``n_threads`` (default:
+    """``(sources, constants, buffers, phases)``: the module of each part of ``graph``'s
+    entry (codegen.generate), its tile loop split across ``n_threads`` (default:
     ``threads.count()``) if worth it."""
-    bodies, constants, buffers, phases, tables = generate(graph, n_threads or threads.count())
-    return tuple(_module(body) for body in bodies), constants, buffers, phases, tables
+    bodies, constants, buffers, phases = generate(graph, n_threads or threads.count())
+    return tuple(_module(body) for body in bodies), constants, buffers, phases
 
 
 def _module(body):
     kernels = [name for name in KERNELS if re.search(rf"\b{name}\(", body)]
     imports = _KERNELS_IMPORT.format(", ".join(kernels)) if kernels else ""
-    part = f"def {FUNCTION_NAME}(args, tab):" in body
-    return (_HEADER + imports + (_PART_DECORATOR if part else _DECORATOR).format(bool(kernels))
-            + body)
+    return _HEADER + imports + _DECORATOR.format(bool(kernels)) + body
 
 
 def _compile(key, source, path):
-    """Compile ``source`` with Numba as module ``quabla_cache.<key>`` (so the entry symbol names
-    the key); returns the entry's ``(target.Entry, object code, symbol, external symbols)``.
-    The text is compiled directly: no bytecode is read from or written to the cache directory,
-    and the module is not kept in ``sys.modules``."""
+    """Numba's front end on ``source``, executed as module ``quabla_cache.<key>`` (so the entry
+    symbol names the key): its ``target.Entry``, whose LLVM passes run on a thread of their
+    own. The text is compiled directly: no bytecode is read from or written to the cache
+    directory, and the module is not kept in ``sys.modules``."""
+    external.ensure(source)
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
     with _deep_recursion(), _no_collection():
         exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
-    entry = getattr(module, FUNCTION_NAME)
-    library = entry.library
-    final = library._final_module
-    externals = sorted(
-        g.name for g in list(final.functions) + list(final.global_variables)
-        if g.is_declaration and not g.name.startswith("llvm.")
-    )
-    return entry, library._get_compiled_object(), entry.native_name, externals
+    return getattr(module, FUNCTION_NAME)
 
 
 @contextlib.contextmanager
@@ -239,12 +228,12 @@ def _scratch_sets(constants, buffers):
 
 
 def _prepare(graph):
-    sources, constants, buffers, phases, tables = module_source(graph)
+    sources, constants, buffers, phases = module_source(graph)
     constants = [np.ascontiguousarray(c) for c in constants]
     for c in constants:
         c.flags.writeable = False
     keys = [cache.entry_key(source) for source in sources]
-    return keys, sources, constants, buffers, (phases, tables)
+    return keys, sources, constants, buffers, phases
 
 
 def _link(code, entry, symbols):
@@ -265,58 +254,70 @@ def _load(key):
     return _link(code, manifest["entry"], manifest["symbols"])
 
 
-def load_or_compile(key, source):
-    """``(handle, address)`` of one part: linked from the cache, or compiled and cached."""
-    path = cache.write_source(key, source)  # a planted or corrupted source never stays
-    linked = _load(key)
-    if linked is None:
-        compiled, code, entry, externals = _compile_into_cache(key, source, path)
+def load_or_compile(parts):
+    """``(handle, address)`` of each part ``(key, source)`` of ``parts``: linked from the cache,
+    or compiled and cached first (``_compile_all``)."""
+    paths = [cache.write_source(key, source) for key, source in parts]  # a planted or
+    linked = [_load(key) for key, _ in parts]  # corrupted source never stays
+    todo = [(k, key, source, path) for k, ((key, source), path, found)
+            in enumerate(zip(parts, paths, linked)) if found is None]
+    for k, entry, (code, externals) in _compile_all(todo):
         # run the object as warm processes will (and share it with them), or Numba's own copy
-        linked = _link(code, entry, externals) or (compiled.library, compiled.address)
+        linked[k] = (_link(code, entry.native_name, externals)
+                     or (entry.library, entry.address()))
     return linked
 
 
-def _compile_into_cache(key, source, path):
-    external.ensure(source, load_or_compile)
-    compiled, code, entry, externals = _compile(key, source, path)
-    cache.write_object(key, code, entry, externals)
-    return compiled, code, entry, externals
+def _compile_all(todo):
+    """``(k, target.Entry, (object code, external symbols))`` of each ``(k, key, source, path)``
+    of ``todo``, compiled and stored in the cache. Numba's front end takes each part in turn
+    while LLVM optimises and compiles the one before it on a thread (target.Entry): the two
+    overlap, the front end holding the GIL and LLVM not."""
+    started = [(k, key, _compile(key, source, path)) for k, key, source, path in todo]
+    done = []
+    for k, key, entry in started:
+        code, externals = entry.result()
+        cache.write_object(key, code, entry.native_name, externals)
+        done.append((k, entry, (code, externals)))
+    return done
 
 
-def _executable(graph, linked, constants, buffers, sources, layout):
+def _executable(graph, linked, constants, buffers, sources, phases):
     """The executable of the parts ``linked`` (one ``(handle, address)`` each), called in
-    order by one function (native.sequence, with each part's table) when there are several.
-    ``layout``: the phases of a threaded entry, and the parts' tables."""
-    phases, tables = layout
-    if not tables:  # one entry, not in parts (a part takes its table as a second argument)
+    order by one function (native.sequence, with each part's table) when there are several,
+    or, for a threaded entry (``phases``: its control rows), the one of its phase."""
+    # a threaded entry's control row follows the inputs, results, constants and scratch
+    control = len(graph.inputs) + len(graph.outputs) + len(constants) + len(buffers)
+    if len(linked) == 1:
         handle, address = linked[0]
     else:
-        handle, address = native.sequence(linked, [np.array(t, np.int64) for t in tables])
+        handle, address = native.sequence(linked, control if phases else None)
     return NativeExecutable(graph, address, handle, constants, buffers, "\n".join(sources),
                             phases)
 
 
 # kernels called by symbol are linked (or compiled) when an object names them
-native.resolver("quabla_k_", lambda symbol: external.address(symbol, load_or_compile))
+native.resolver("quabla_k_", external.address)
 
 
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache lacks a part of it)."""
-    keys, sources, constants, buffers, layout = _prepare(graph)
+    keys, sources, constants, buffers, phases = _prepare(graph)
     linked = []
     for key in keys:
         linked.append(_load(key))
         if linked[-1] is None:
             return None
-    return _executable(graph, linked, constants, buffers, sources, layout)
+    return _executable(graph, linked, constants, buffers, sources, phases)
 
 
 def compile_graph(graph, options):
-    keys, sources, constants, buffers, layout = _prepare(graph)
-    _compile_in_parallel([(key, source) for key, source in zip(keys, sources)
+    keys, sources, constants, buffers, phases = _prepare(graph)
+    parts = list(zip(keys, sources))
+    _compile_in_parallel([(key, source) for key, source in parts
                           if cache.read_object(key) is None])
-    linked = [load_or_compile(key, source) for key, source in zip(keys, sources)]
-    return _executable(graph, linked, constants, buffers, sources, layout)
+    linked = load_or_compile(parts)
+    return _executable(graph, linked, constants, buffers, sources, phases)
 
 
 # Parts worth a compiling process of their own, and how long the parent waits for one (then it
@@ -335,7 +336,7 @@ def _compile_in_parallel(todo):
     if workers < 2 or not sys.platform.startswith("linux") or "mpi4py.MPI" in sys.modules:
         return  # (an MPI process must not fork: its library may hold registered memory)
     for _, source in todo:
-        external.ensure(source, load_or_compile)  # once, before the copies
+        external.ensure(source)  # once, before the copies
     shares = [todo[k::workers] for k in range(workers)]  # (parts are about equally long)
     children = []
     for share in shares[1:]:
@@ -343,14 +344,14 @@ def _compile_in_parallel(todo):
         if pid == 0:  # the copy: compile its share into the cache, and leave at once
             status = 1
             try:
-                for key, source in share:
-                    _compile_into_cache(key, source, cache.write_source(key, source))
+                todo = [(k, key, source, cache.write_source(key, source))
+                        for k, (key, source) in enumerate(share)]
+                _compile_all(todo)
                 status = 0
             finally:
                 os._exit(status)
         children.append(pid)
-    for key, source in shares[0]:
-        load_or_compile(key, source)
+    load_or_compile(shares[0])
     deadline = time.monotonic() + WORKER_TIMEOUT
     for pid in children:
         while os.waitpid(pid, os.WNOHANG) == (0, 0):

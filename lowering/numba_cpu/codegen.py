@@ -51,14 +51,20 @@ def check_supported(graph, device="cpu"):
             raise UnsupportedOperationError(op=node.op, device=device)
 
 
+def control(e, first, shared):
+    """The index of a threaded entry's control row in its argument tuple: after the scratch
+    buffers shared by all threads and each thread's own (``first``: the first shared one)."""
+    return first + len(shared) + e.threads * len(private_buffers(e))
+
+
 def generate(graph, n_threads=1, part_lines=None):
-    """Returns ``(bodies, constants, buffers, phases, tables)``: the source of each part of the
-    entry (``parts.split``; one for most programs, called in order), the constant arrays, the
-    scratch buffers (``(dtype name, elements)`` each) that follow the inputs and results in
-    the argument tuple, ``phases``: None for an entry called once, else the control rows
-    of a threaded entry's calls (``_phased``): ``[before the loop]``, one per thread,
-    ``[after it]``, and ``tables``: for an entry in parts, each part's integers
-    (``parts.canonical``: its second argument), else empty."""
+    """Returns ``(bodies, constants, buffers, phases)``: the source of each part of the
+    entry (``parts.split``; one for most programs, called in order; a threaded entry's three
+    phases), the constant arrays, the scratch buffers (``(dtype name, elements)`` each) that
+    follow the inputs and results in the argument tuple, and ``phases``: None for an entry
+    called once, else the control rows of a threaded entry's calls (``passes.phased``):
+    ``[before the loop]``, one per thread, ``[after it]``; the first number of a row is
+    the phase whose part it runs."""
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
     targets = [argument(n_in + k, nodes[o].dtype) + "[0]" if nodes[o].shape == () else f"r{k}"
@@ -79,39 +85,35 @@ def generate(graph, n_threads=1, part_lines=None):
         dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
         prologue.append(Assign(f"c{k}", argument(first + k, Named(dtype))))
     first += len(e.constants)
-    bodies, phases = [e.code.items], None
+    phases = None
     if e.threaded is not None:
         split = phased(e, graph, first)
         if split is None:  # something crosses the loop that a phase cannot take over
             return generate(graph, n_threads=1, part_lines=part_lines)
-        bodies, phases = [split[0]], split[1]
+        bodies, phases = split
     else:
         bodies = parts.split(e, graph, e.code.items, part_lines)
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
-    sources, tables = [], []
+    sources = []
     for body in bodies:
         named = names(body)
         own = [item for item in prologue if item.targets[0] in named]
         own += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
                       if var in named and name in shared],  # an unused view costs compile time
                      starts)
-        if phases is not None:
-            control = first + len(shared) + e.threads * len(private_buffers(e))
-            own.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
+        if "ctl" in named:  # a threaded entry's tile loop: its control row
+            own.append(Assign("ctl", f"_arg(args, {control(e, first, shared)}, 0, np.int64)"))
         lines = render(propagate(own + body))
         if not lines:  # nothing to do once its copies are read in place
-            if len(bodies) > 1 and (sources or body is not bodies[-1]):
+            if phases is None and len(bodies) > 1 and (sources or body is not bodies[-1]):
                 continue  # a part left out (the last one stays when all before it went)
             lines = ["    pass"]
         check_integers(lines)
-        params = "args"
-        if len(bodies) > 1:  # a part: the same text wherever its program put things
-            lines, table = parts.canonical(lines)
-            params = "args, tab"
-            tables.append(table)
-        sources.append("\n".join([f"def {FUNCTION_NAME}({params}):"] + lines) + "\n")
+        if len(bodies) > 1:  # a part: the same text whatever its program's nodes are called
+            lines = parts.canonical(lines)
+        sources.append("\n".join([f"def {FUNCTION_NAME}(args):"] + lines) + "\n")
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in private_buffers(e)]
-    return sources, e.constants, buffers, phases, tables
+    return sources, e.constants, buffers, phases

@@ -23,8 +23,9 @@ __all__ = ["local_product", "product_result", "rhs_operand", "blas_available", "
 BLAS_THRESHOLD = 1 << 18
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
-# Products without BLAS of at most this many multiply-adds are emitted as plain loops: the
-# product kernel (external.py) costs a compile of its own once per cache (~0.3 s).
+# Products without BLAS of at most this many multiply-adds are emitted as plain loops, which
+# compile as fast as a call of the product kernel (external.py; lowering the bound to 64 made
+# the small MLPs' cold calls no faster) and need no kernel of their own.
 SMALL_LOOP = 4096
 
 

@@ -7,8 +7,14 @@ into parts of about ``PART_LINES`` rendered lines, each part is a function of th
 tuple: it reads what earlier parts computed through a ``passes.Handover`` (views replayed,
 0-d values through spill slots of the shared scratch), so the parts called in order compute
 what the whole entry would. Each part is compiled, cached and linked on its own
-(numba_cpu/__init__.py), and a part equal to one compiled before (the same layer in another
-program, the unchanged half of an edited one) is not compiled again.
+(numba_cpu/__init__.py), and a part equal to one compiled before (the unchanged first layers
+of an edited program) is not compiled again.
+
+A part keeps its program's argument indices and scratch offsets as literals. Read from a
+table of integers instead (session 12), they made every part the same text wherever its
+program put things, but LLVM could then not tell the views of one scratch buffer apart: it
+versioned loops with run-time overlap checks, and the deep 2D PINN's parts cost 50% more
+CPU to compile (3.0 against 2.0 s) for one more part shared after an edit (4 of 11, not 3).
 """
 
 import hashlib
@@ -79,45 +85,30 @@ def _candidate_cuts(items, lengths, size):
 
 
 def _marks_a_cut(item):
-    text = "\n".join(canonical(render([item]))[0])
+    text = "\n".join(canonical(render([item])))
     return hashlib.blake2b(text.encode(), digest_size=2).digest()[0] % 4 == 0
 
 
-_ARG = re.compile(r"_arg\(args, (\d+), (\d+), ")
-_OFFSET = re.compile(r"_offset\((\w+), (\d+)\)")
 _BOUND = re.compile(r"^\s*(?:for (\w+) in |([\w, ]+?) (?:=|\+=|-=) )")
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def canonical(lines):
-    """``(lines, table)``: a part's rendered ``lines`` in a form that does not depend on where
-    its program put things, and the integers taken out of it. Which arguments it reads and at
-    which offsets of the scratch buffers (``_arg(args, k, start, ...)``, ``_offset(p, n)``)
-    become ``tab[i]``, ``table[i]`` being the integer; its local variables are renamed
-    ``x0``, ``x1``... in the order they first appear. Two parts computing the same thing on
-    arrays of the same shapes (a layer of an edited program) are then the same text."""
-    table = []
-
-    def slot(value):
-        table.append(int(value))
-        return f"tab[{len(table) - 1}]"
-
-    lines = [_OFFSET.sub(lambda m: f"_offset({m.group(1)}, {slot(m.group(2))})",
-                         _ARG.sub(lambda m: f"_arg(args, {slot(m.group(1))}, "
-                                            f"{slot(m.group(2))}, ", line))
-             for line in lines]
+    """A part's rendered ``lines`` with its local variables renamed ``x0``, ``x1``... in the
+    order they first appear: two parts computing the same thing on the same slots (a layer
+    of an edited program before the edit) are the same text whatever its nodes are called."""
     bound = set()
     for line in lines:
         match = _BOUND.match(line)
         if match:
             bound.update(name.strip() for name in (match.group(1) or match.group(2)).split(","))
-    bound -= {"args", "tab"}
+    bound -= {"args", "ctl", "thread"}  # a threaded phase's control row keeps its name
     names = {}
     for line in lines:
         for word in _WORD.findall(line):
             if word in bound and word not in names:
                 names[word] = f"x{len(names)}"
-    if names:
-        pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-        lines = [pattern.sub(lambda m: names[m.group(1)], line) for line in lines]
-    return lines, table
+    if not names:
+        return lines
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return [pattern.sub(lambda m: names[m.group(1)], line) for line in lines]

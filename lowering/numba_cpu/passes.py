@@ -68,6 +68,31 @@ _REBINDS = re.compile(r"^([A-Za-z_]\w*) *[-+*/]?=(?!=)")  # a plain-string state
 _WORDS = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
+def _bindings(items):
+    """How many times each name is bound along one path through ``items`` (2 for a loop's
+    counter or an augmented assignment): the branches of an ``if``/``elif``/``else`` chain
+    are exclusive, so a name bound once in each of them is bound once (the branches of a
+    ``cond`` region each bind their own copies and literals)."""
+    total, branches = collections.Counter(), None
+    for item in items:
+        if isinstance(item, Block) and item.header.startswith(("elif", "else")):
+            branches |= _bindings(item.body)  # Counter union: the larger count
+            continue
+        total += branches or collections.Counter()
+        branches = None
+        if isinstance(item, Block) and item.header.startswith("if "):
+            branches = _bindings(item.body)
+        elif isinstance(item, (Block, Loop)):
+            total += _bindings(item.body)
+            if isinstance(item, Loop):
+                total[item.var] += 2
+        elif isinstance(item, Assign):
+            total.update(item.targets)
+        elif isinstance(item, str) and _REBINDS.match(item):
+            total[_REBINDS.match(item).group(1)] += 2
+    return total + (branches or collections.Counter())
+
+
 def propagate(items):
     """``items`` with every copy read in place of its name: a name bound once to another name
     bound once before it (``x5 = x2``: a view of the same slot, a reshape, a region's carried
@@ -78,14 +103,7 @@ def propagate(items):
     reshapes and the constants of region bodies bind a third of a deep entry's names; each
     costs Numba's front end, typing, lowering and liveness analysis as much as arithmetic,
     and LLVM removes none of that cost."""
-    binds = collections.Counter()
-    for item in walk(items):
-        if isinstance(item, Assign):
-            binds.update(item.targets)
-        elif isinstance(item, Loop):
-            binds[item.var] += 2
-        elif isinstance(item, str) and _REBINDS.match(item):
-            binds[_REBINDS.match(item).group(1)] += 2
+    binds = _bindings(items)
     seen, copies = set(), set()
 
     def sub(text, env):
@@ -224,11 +242,12 @@ class Handover:
 
 
 def phased(e, graph, first):
-    """The body of a threaded entry: ``ctl[0]`` picks the phase. Phase 0 runs what comes before
+    """The bodies of a threaded entry's phases, each compiled as a function of its own (a
+    part; ``native.sequence`` calls the one ``ctl[0]`` names). Phase 0 runs what comes before
     the tile loop; phase 1, on thread ``ctl[1]``, runs tiles from row ``ctl[2]`` to ``ctl[3]``
     with that thread's scratch; phase 2 combines the threads' partials and runs the rest. What
     a later phase reads from an earlier one is handed over (``Handover``). Returns
-    ``(statements, control rows)``, or None if something else would cross (an array variable
+    ``(bodies, control rows)``, or None if something else would cross (an array variable
     rebound in a loop)."""
     a, b = e.split
     pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]
@@ -261,10 +280,9 @@ def phased(e, graph, first):
                     for var, name, start, _, t in e.partials],
                    {k: v for t in range(e.threads) for k, v in pointers(t).items()})
     stores = [f"sp{n}[0] = {n}" for n in sorted(handover.spills)]
-    body = [Block("if ctl[0] == 0:", pre + stores),
-            Block("elif ctl[0] == 1:", [Assign("thread", "ctl[1]")] + own + into_loop + loop),
-            Block("else:", into_post + parts + post)]
+    bodies = [pre + stores, [Assign("thread", "ctl[1]")] + own + into_loop + loop,
+              into_post + parts + post]
     t = e.threaded
     phases = ([(0, 0, 0, 0)], [(1, k, lo, hi) for k, (lo, hi) in
                                enumerate(threads.blocks(t.extent, t.tile, e.threads))], [(2, 0, 0, 0)])
-    return body, phases
+    return bodies, phases

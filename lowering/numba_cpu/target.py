@@ -21,6 +21,7 @@ has one, which the user's own Numba code links too.
 """
 
 import functools
+import threading
 
 from numba.core import codegen, compiler, cpu, intrinsics, types
 from numba.core.compiler_lock import global_compiler_lock
@@ -31,12 +32,15 @@ from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry,
                                          target_registry)
 from numba.core.typing.context import Context
 
-__all__ = ["entry", "Entry", "EntryLibrary", "kernel"]
+__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module"]
 
 NAME = "quabla_cpu"
 # LLVM's optimisation level for entries and kernels: O3 (Numba's default) unrolls more and
 # takes longer, for no measurable gain on generated loops (docs/compile-time.md)
 OPTIMISATION_LEVEL = 2
+# LLVM's passes and code generation run on a thread of their own (``Entry``); the compile
+# breakdown (benchmarks/compile.py) runs them on the caller's, to time them apart
+LLVM_THREAD = True
 
 
 class EntryCPU(CPU):
@@ -64,7 +68,6 @@ class EntryLibrary(codegen.JITCodeLibrary):
     """The machine code of an entry (or a kernel), optimised as the module docstring says."""
 
     _REFERENCE_COUNTS = ("NRT_incref", "NRT_decref")
-    slp = False  # LLVM's SLP vectoriser (``entry(slp=True)``)
 
     def _optimize_functions(self, ll_module):
         pass  # the module pipeline below runs the same passes on every function
@@ -73,7 +76,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
         module = self._final_module
         if any(f.name in self._REFERENCE_COUNTS for f in module.functions):
             return super()._optimize_final_module()  # a kernel: Numba's pruning pipeline
-        manager, builder = self._codegen._module_pass_manager(slp_vectorize=self.slp)
+        manager, builder = self._codegen._module_pass_manager()
         manager.run(module, builder)
 
 
@@ -142,22 +145,79 @@ kernel = jit(nopython=True, error_model="numpy", cache=True, _target=NAME)
 
 
 class Entry:
-    """A compiled entry: ``void entry(void *args)`` at ``address``, named ``native_name`` in
-    ``library`` (which owns the machine code)."""
+    """A compiled entry: ``void entry(void *args)`` named ``native_name`` in ``library``.
 
-    def __init__(self, library, native_name):
+    Numba's front end (typing, lowering: Python, holding the GIL) runs when the entry is
+    made; LLVM's passes and code generation (``_object``), which llvmlite runs without the
+    GIL, run on a thread of their own, so the front end of an entry's next part runs
+    meanwhile (numba_cpu/__init__.py). ``result()`` waits for them. ``address()`` links the
+    code into Numba's own engine instead: entries with reference counts (``nrt``), which
+    link Numba's runtime, always go that way."""
+
+    def __init__(self, library, native_name, nrt):
         self.library = library
         self.native_name = native_name
-        self.address = library.get_pointer_to_function(native_name)
+        self._result = None
+        if nrt or library._linking_libraries:
+            library.get_pointer_to_function(native_name)  # Numba's finalize, into its engine
+            self._result = library._get_compiled_object(), _externals(library._final_module)
+        elif not LLVM_THREAD:
+            self._compile(library.codegen, library._final_module)
+        else:
+            self._thread = threading.Thread(
+                target=self._compile, args=(library.codegen, library._final_module),
+                daemon=True)
+            self._thread.start()
+
+    def _compile(self, codegen, module):
+        try:
+            self._result = _object(codegen, module), _externals(module)
+        except BaseException as error:  # raised again by result()
+            self._result = error
+
+    def result(self):
+        """``(object code, external symbols)``."""
+        if self._result is None:
+            self._thread.join()
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result
+
+    def address(self):
+        """Where the entry is in Numba's engine (linked there on the first call)."""
+        if self._result is None:
+            self.result()  # the module is optimised once, on the thread; not at the same time
+        return self.library.get_pointer_to_function(self.native_name)
 
 
-def entry(pipeline_class, nrt=False, args=(types.voidptr,), slp=False):
+def _externals(module):
+    """The symbols ``module`` names but does not define (LLVM's intrinsics aside)."""
+    return sorted(g.name for g in list(module.functions) + list(module.global_variables)
+                  if g.is_declaration and not g.name.startswith("llvm."))
+
+
+def _object(codegen, module, slp=False):
+    """The object code of LLVM ``module`` after this target's module pipeline."""
+    _optimise(codegen, module, slp)
+    return _emit(codegen, module)
+
+
+def _optimise(codegen, module, slp):
+    """This target's module pipeline on ``module``; ``slp`` turns on LLVM's SLP vectoriser,
+    which Numba leaves off."""
+    manager, builder = codegen._module_pass_manager(slp_vectorize=slp)
+    manager.run(module, builder)
+
+
+def _emit(codegen, module):
+    return codegen._tm.emit_object(module)
+
+
+def entry(pipeline_class, nrt=False):
     """A decorator that compiles ``def f(args)`` as a C function ``void f(void *)`` for this
-    target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target (or a C
-    function of the Numba types ``args``: external.py's kernels). An entry allocates nothing;
-    one that makes arrays (``carray`` views for the kernels) needs ``nrt``: Numba then counts
-    their references. ``slp`` turns on LLVM's SLP vectoriser, which Numba leaves off: it
-    makes vector operations of the product kernel's register tiles (compiled once per cache)."""
+    target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target. An entry
+    allocates nothing; one that makes arrays (``carray`` views for the kernels) needs ``nrt``:
+    Numba then counts their references."""
     def compile_entry(function):
         flags = compiler.Flags()
         cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
@@ -170,8 +230,17 @@ def entry(pipeline_class, nrt=False, args=(types.voidptr,), slp=False):
         with global_compiler_lock, target_override(NAME):
             result = compiler.compile_extra(
                 _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
-                args=tuple(args), return_type=types.void, flags=flags, locals={},
+                args=(types.voidptr,), return_type=types.void, flags=flags, locals={},
                 pipeline_class=pipeline_class)
-            result.library.slp = slp  # read when the library is finalised, below
-            return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name)
+            return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name, nrt)
     return compile_entry
+
+
+def compile_module(text, slp=False):
+    """The object code of the LLVM IR module ``text`` (external.py's kernels, written in IR:
+    no Numba front end) optimised and compiled as an entry is, for this target's machine."""
+    import llvmlite.binding as llvm
+
+    module = llvm.parse_assembly(text)
+    module.verify()
+    return _object(_DESCRIPTOR.target_context.codegen(), module, slp)
