@@ -86,8 +86,14 @@ def module_source(graph, n_threads=None):
     return tuple(_module(body) for body in bodies), constants, buffers, phases
 
 
+def _array_kernels(body):
+    """The array kernels (kernels.py) ``body`` calls: an entry calling one links Numba's
+    reference-counting runtime, and Numba finalises it (target.Entry)."""
+    return [name for name in KERNELS if re.search(rf"\b{name}\(", body)]
+
+
 def _module(body):
-    kernels = [name for name in KERNELS if re.search(rf"\b{name}\(", body)]
+    kernels = _array_kernels(body)
     imports = _KERNELS_IMPORT.format(", ".join(kernels)) if kernels else ""
     return _HEADER + imports + _DECORATOR.format(bool(kernels)) + body
 
@@ -97,7 +103,10 @@ def _compile(key, source, path):
     symbol names the key): its ``target.Entry``, whose LLVM passes run on a thread of their
     own. The text is compiled directly: no bytecode is read from or written to the cache
     directory, and the module is not kept in ``sys.modules``."""
-    external.ensure(source)
+    if _array_kernels(source):
+        external.ensure(source)  # Numba links the entry, and the kernels it calls by symbol
+    else:
+        external.prefetch(source)  # needed when the object is linked (native.load)
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
     with _deep_recursion(), _no_collection():
@@ -264,8 +273,15 @@ def load_or_compile(parts):
     for k, entry, (code, externals) in _compile_all(todo):
         # run the object as warm processes will (and share it with them), or Numba's own copy
         linked[k] = (_link(code, entry.native_name, externals)
-                     or (entry.library, entry.address()))
+                     or _in_numba(entry, parts[k][1]))
     return linked
+
+
+def _in_numba(entry, source):
+    """``(handle, address)`` of Numba's own copy of ``entry``, for an object that does not
+    link here."""
+    external.ensure(source)
+    return entry.library, entry.address()
 
 
 def _compile_all(todo):

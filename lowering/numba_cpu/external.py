@@ -22,7 +22,7 @@ from llvmlite import ir
 
 from .. import cache, native
 
-__all__ = ["SYMBOLS", "names_in", "address", "ensure", "module_text"]
+__all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch", "module_text"]
 
 I64 = ir.IntType(64)
 _SCALARS = {"float64": ir.DoubleType(), "float32": ir.FloatType()}
@@ -145,6 +145,7 @@ _CALLS = {symbol: re.compile(rf"\b{symbol[len('quabla_k'):]}\(") for symbol in S
 
 _lock = threading.RLock()
 _linked = {}  # symbol -> (handle, address) of its code in this process
+_pending = {}  # symbol -> the thread linking it (prefetch)
 
 
 def names_in(source):
@@ -185,6 +186,32 @@ def address(symbol):
                 linked = native.load(code, name, [])
             _linked[symbol] = linked
         return _linked[symbol][1]
+
+
+def prefetch(source):
+    """Kernels ``source`` calls that are not linked yet, linked (or compiled) on a thread of
+    their own meanwhile: LLVM releases the GIL, so a kernel compiles while Numba's front end
+    takes the entry that calls it; ``address`` waits for it when the entry is linked."""
+    from .target import ready
+
+    for symbol in names_in(source):
+        with _lock:
+            if symbol in _linked or symbol in _pending:
+                continue
+            ready()  # Numba's target made here, not on the thread
+            _pending[symbol] = thread = threading.Thread(target=_link, args=(symbol,),
+                                                         daemon=True)
+        thread.start()
+
+
+def _link(symbol):
+    try:
+        address(symbol)
+    except Exception:  # noqa: BLE001 - the caller's own address() raises it again
+        pass
+    finally:
+        with _lock:
+            _pending.pop(symbol, None)
 
 
 def ensure(source):

@@ -32,7 +32,7 @@ from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry,
                                          target_registry)
 from numba.core.typing.context import Context
 
-__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module"]
+__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module", "ready"]
 
 NAME = "quabla_cpu"
 # LLVM's optimisation level for entries and kernels: O3 (Numba's default) unrolls more and
@@ -236,6 +236,11 @@ def entry(pipeline_class, nrt=False):
     return compile_entry
 
 
+def ready():
+    """This target's contexts and code generator made (once; not safe to do on two threads)."""
+    return _DESCRIPTOR.target_context.codegen()
+
+
 def compile_module(text, slp=False):
     """The object code of the LLVM IR module ``text`` (external.py's kernels, written in IR:
     no Numba front end) optimised and compiled as an entry is, for this target's machine."""
@@ -243,4 +248,4 @@ def compile_module(text, slp=False):
 
     module = llvm.parse_assembly(text)
     module.verify()
-    return _object(_DESCRIPTOR.target_context.codegen(), module, slp)
+    return _object(ready(), module, slp)
