@@ -106,7 +106,7 @@ class Phases:
 
         import lowering
         import lowering.numba_cpu as backend
-        from lowering import cache
+        from lowering import cache, native
         from lowering.numba_cpu import emitter, target
         from quabla.core import rewrite
 
@@ -119,7 +119,8 @@ class Phases:
         for name in ("entry_key", "write_source", "read_object", "write_object"):
             self.wrap(cache, name, "cache")
         self.wrap(backend, "_compile", "numba other")
-        self.wrap(backend, "_link", "link")
+        self.wrap(native, "load", "link")
+        self.wrap(native, "sequence", "link")
         self.wrap(lowering, "compile", "other")
         self.wrap(CPUCodeLibrary, "_optimize_functions", "llvm optimisation")
         self.wrap(CPUCodeLibrary, "_optimize_final_module", "llvm optimisation")

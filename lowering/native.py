@@ -22,7 +22,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 import numpy as np
 
 __all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
-           "linked_objects", "sequence", "resolver"]
+           "linked_objects", "sequence", "resolver", "resolve"]
 
 
 def _offset(obj, target):
@@ -287,7 +287,7 @@ def load(object_code, entry, symbols):
     is in it. The code stays linked while someone holds the handle; an identical object
     loaded meanwhile (another function compiled to the same program) shares it."""
     digest = hashlib.sha256(object_code).digest()
-    addresses = {name: _address(name) for name in symbols}  # (a resolver may load code)
+    addresses = resolve(symbols)  # (a resolver may load code)
     with _lock:
         linked = _linked.get(digest)
         if linked is None:
@@ -299,16 +299,25 @@ def load(object_code, entry, symbols):
 
 
 class _Sequence:
-    """A function calling the entries of a program's parts in order (or the one part of a
-    threaded entry's phase that the control row names), compiled from a few lines of LLVM IR
-    (not cached: it names this process's addresses). It holds the parts' code."""
+    """One MCJIT engine holding the objects of a program's parts and a function calling
+    their entries in order (or the one part of a threaded entry's phase that the control row
+    names), compiled from a few lines of LLVM IR that name the parts' entries (not cached:
+    a part linked elsewhere is named by its address). The machine code goes with it."""
 
     __slots__ = ("engine", "parts", "__weakref__")
 
-    def __init__(self, parts, control):
+    def __init__(self, parts, addresses, control):
         llvm = _binding()
-        calls = [f"  %f{k} = inttoptr i64 {address} to void (i8*)*\n"
-                 f"  call void %f{k}(i8* %args)\n" for k, (_, address) in enumerate(parts)]
+        for name, address in addresses.items():
+            llvm.add_symbol(name, address)
+        declared, calls = [], []
+        for k, part in enumerate(parts):
+            if len(part) == 3:  # linked here: the entry by name
+                declared.append(f'declare void @"{part[1]}"(i8*)\n')
+                calls.append(f'  call void @"{part[1]}"(i8* %args)\n')
+            else:
+                calls.append(f"  %f{k} = inttoptr i64 {part[1]} to void (i8*)*\n"
+                             f"  call void %f{k}(i8* %args)\n")
         if control is None:
             body = "".join(calls) + "  ret void\n"
         else:  # ctl[0] of the array args[control] picks the part
@@ -322,24 +331,41 @@ class _Sequence:
                     f"  switch i64 %phase, label %p{len(calls) - 1} ["
                     + " ".join(f"i64 {k}, label %p{k}" for k in range(len(calls) - 1)) + "]\n"
                     + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls)))
-        ir = f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
-        target = llvm.Target.from_default_triple().create_target_machine()
+        ir = "".join(declared) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
+        # a few calls: LLVM's quick instruction selection (opt=0) compiles them in a third
+        # of the time, and a warm first call compiles one
+        target = llvm.Target.from_default_triple().create_target_machine(opt=0)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
+        for part in parts:
+            if len(part) == 3:
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(part[0]))
         self.engine.finalize_object()
-        self.parts = [handle for handle, _ in parts]
+        self.parts = [part[0] for part in parts if len(part) == 2]  # linked elsewhere
         finalizer = weakref.finalize(self, _close, self.engine)
         finalizer.atexit = False
 
 
 def sequence(parts, control=None):
     """``(handle, address)`` of one entry ``void entry(args)`` that calls the entries of
-    ``parts`` (``(handle, address)`` each, as ``load`` gives) in order; with ``control``, only
-    the part numbered by the first element of the int64 array ``args[control]`` (the last
-    part for any number past it): the phases of a threaded entry."""
+    ``parts`` in order; with ``control``, only the part numbered by the first element of the
+    int64 array ``args[control]`` (the last part for any number past it): the phases of a
+    threaded entry. A part is ``(object code, entry, symbols)``, linked in the one engine
+    with the others (one engine for all of them: an engine costs a warm first call ~1.5 ms),
+    or ``(handle, address)`` of an entry linked elsewhere (``load``, or Numba's own copy).
+    ``LoadError`` if a symbol is unknown here."""
+    addresses = {}
+    for part in parts:
+        if len(part) == 3:
+            addresses.update(resolve(part[2]))  # (a resolver may load code)
     with _lock:
-        held = _Sequence(parts, control)
+        held = _Sequence(parts, addresses, control)
         address = held.engine.get_function_address("quabla_sequence")
     return held, address
+
+
+def resolve(symbols):
+    """The address of each of ``symbols`` in this process (``LoadError`` if one is unknown)."""
+    return {name: _address(name) for name in symbols}
 
 
 def linked_objects():

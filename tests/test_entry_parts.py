@@ -76,9 +76,9 @@ def _mlp_loss(extra_term):
 
 
 def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts, monkeypatch):
-    """Parts are cut where their content says and written without their program's names
-    (parts.canonical), so an edited program (one more loss term) shares the parts before
-    the edit with the original: compiled after it, it compiles fewer parts than it has."""
+    """Parts are cut where their content says, so an edited program (one more loss term)
+    shares the parts before the edit with the original: compiled after it, it compiles fewer
+    parts than it has."""
     import lowering.numba_cpu as cpu
 
     monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process

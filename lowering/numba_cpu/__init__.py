@@ -245,36 +245,40 @@ def _prepare(graph):
     return keys, sources, constants, buffers, phases
 
 
-def _link(code, entry, symbols):
-    """``(handle, address)`` of ``entry`` in ``code`` linked into this process, or None if
-    it does not link here."""
+def _linkable(code, entry, symbols):
+    """``(code, entry, symbols)`` if every symbol the object names is found in this process
+    (``native.resolve``), else None: it needs Numba's runtime."""
     try:
-        return native.load(code, entry, symbols)
+        native.resolve(symbols)
     except native.LoadError:
         return None
+    return code, entry, symbols
 
 
-def _load(key):
-    """``(handle, address)`` of entry ``key`` from its verified cached object, or None."""
+def _stored(key):
+    """``(object code, entry, symbols)`` of part ``key`` from its verified cached object if
+    it links here, else None."""
     stored = cache.read_object(key)
     if stored is None:
         return None
     code, manifest = stored
-    return _link(code, manifest["entry"], manifest["symbols"])
+    return _linkable(code, manifest["entry"], manifest["symbols"])
 
 
-def load_or_compile(parts):
-    """``(handle, address)`` of each part ``(key, source)`` of ``parts``: linked from the cache,
-    or compiled and cached first (``_compile_all``)."""
+def load_or_compile(parts, cached=True):
+    """Each part ``(key, source)`` of ``parts`` as ``_executable`` links it: its object
+    ``(code, entry, symbols)`` from the cache (unless not ``cached``), or compiled and cached
+    first (``_compile_all``), or, compiled but not linkable here, Numba's own copy
+    ``(handle, address)``."""
     paths = [cache.write_source(key, source) for key, source in parts]  # a planted or
-    linked = [_load(key) for key, _ in parts]  # corrupted source never stays
-    todo = [(k, key, source, path) for k, ((key, source), path, found)
-            in enumerate(zip(parts, paths, linked)) if found is None]
+    # corrupted source never stays
+    found = [_stored(key) if cached else None for key, _ in parts]
+    todo = [(k, key, source, path) for k, ((key, source), path, part)
+            in enumerate(zip(parts, paths, found)) if part is None]
     for k, entry, (code, externals) in _compile_all(todo):
-        # run the object as warm processes will (and share it with them), or Numba's own copy
-        linked[k] = (_link(code, entry.native_name, externals)
-                     or _in_numba(entry, parts[k][1]))
-    return linked
+        found[k] = (_linkable(code, entry.native_name, externals)
+                    or _in_numba(entry, parts[k][1]))
+    return found
 
 
 def _in_numba(entry, source):
@@ -298,16 +302,17 @@ def _compile_all(todo):
     return done
 
 
-def _executable(graph, linked, constants, buffers, sources, phases):
-    """The executable of the parts ``linked`` (one ``(handle, address)`` each), called in
-    order by one function (native.sequence, with each part's table) when there are several,
-    or, for a threaded entry (``phases``: its control rows), the one of its phase."""
+def _executable(graph, parts, constants, buffers, sources, phases):
+    """The executable of ``parts`` (``load_or_compile``'s), linked as warm processes link
+    them (and sharing their code with them): one object by ``native.load``, several in one
+    engine with a function calling them in order (``native.sequence``), or, for a threaded
+    entry (``phases``: its control rows), the one of its phase."""
     # a threaded entry's control row follows the inputs, results, constants and scratch
     control = len(graph.inputs) + len(graph.outputs) + len(constants) + len(buffers)
-    if len(linked) == 1:
-        handle, address = linked[0]
+    if len(parts) == 1:
+        handle, address = native.load(*parts[0]) if len(parts[0]) == 3 else parts[0]
     else:
-        handle, address = native.sequence(linked, control if phases else None)
+        handle, address = native.sequence(parts, control if phases else None)
     return NativeExecutable(graph, address, handle, constants, buffers, "\n".join(sources),
                             phases)
 
@@ -319,12 +324,15 @@ native.resolver("quabla_k_", external.address)
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache lacks a part of it)."""
     keys, sources, constants, buffers, phases = _prepare(graph)
-    linked = []
+    parts = []
     for key in keys:
-        linked.append(_load(key))
-        if linked[-1] is None:
+        parts.append(_stored(key))
+        if parts[-1] is None:
             return None
-    return _executable(graph, linked, constants, buffers, sources, phases)
+    try:
+        return _executable(graph, parts, constants, buffers, sources, phases)
+    except native.LoadError:  # an object without its entry: compiled again
+        return None
 
 
 def compile_graph(graph, options):
@@ -332,8 +340,11 @@ def compile_graph(graph, options):
     parts = list(zip(keys, sources))
     _compile_in_parallel([(key, source) for key, source in parts
                           if cache.read_object(key) is None])
-    linked = load_or_compile(parts)
-    return _executable(graph, linked, constants, buffers, sources, phases)
+    try:
+        return _executable(graph, load_or_compile(parts), constants, buffers, sources, phases)
+    except native.LoadError:  # a cached object without its entry (tampered): compiled again
+        return _executable(graph, load_or_compile(parts, cached=False), constants, buffers,
+                           sources, phases)
 
 
 # Parts worth a compiling process of their own, and how long the parent waits for one (then it

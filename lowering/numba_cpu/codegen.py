@@ -110,8 +110,6 @@ def generate(graph, n_threads=1, part_lines=None):
                 continue  # a part left out (the last one stays when all before it went)
             lines = ["    pass"]
         check_integers(lines)
-        if len(bodies) > 1:  # a part: the same text whatever its program's nodes are called
-            lines = parts.canonical(lines)
         sources.append("\n".join([f"def {FUNCTION_NAME}(args):"] + lines) + "\n")
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)

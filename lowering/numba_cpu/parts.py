@@ -10,11 +10,12 @@ what the whole entry would. Each part is compiled, cached and linked on its own
 (numba_cpu/__init__.py), and a part equal to one compiled before (the unchanged first layers
 of an edited program) is not compiled again.
 
-A part keeps its program's argument indices and scratch offsets as literals. Read from a
-table of integers instead (session 12), they made every part the same text wherever its
-program put things, but LLVM could then not tell the views of one scratch buffer apart: it
-versioned loops with run-time overlap checks, and the deep 2D PINN's parts cost 50% more
-CPU to compile (3.0 against 2.0 s) for one more part shared after an edit (4 of 11, not 3).
+A part is written as the entry would be, with its program's names, argument indices and
+scratch offsets. Read from a table of integers, with its locals renamed in order (session
+12), the offsets made every part the same text wherever its program put things, but LLVM
+could then not tell the views of one scratch buffer apart: it versioned loops with run-time
+overlap checks, and the deep 2D PINN's parts cost 50% more CPU to compile (3.0 against 2.0
+s) for one more part shared after an edit (4 of 11, not 3; renaming alone shares none more).
 """
 
 import hashlib
@@ -23,7 +24,7 @@ import re
 from .passes import Handover
 from .statements import Block, render
 
-__all__ = ["PART_LINES", "split", "canonical"]
+__all__ = ["PART_LINES", "split"]
 
 # Rendered lines per part, about; an entry below twice this is not cut (a part costs Numba
 # ~30 ms of its own, and a cut a store and a load per value crossing it).
@@ -67,11 +68,10 @@ def _continues(item):
 
 
 def _candidate_cuts(items, lengths, size):
-    """Where to cut: after a statement whose canonical text hashes to 0 mod 4 once a part has
-    half of ``size`` lines, and after any statement once it has twice ``size``; none that
-    would leave the last part under half. Cuts chosen by content fall at the same statements
-    in an edited program after the edit as before it, so its later parts are the same text
-    (``canonical``) and come from the cache."""
+    """Where to cut: after a statement whose text (``_canonical``) hashes to 0 mod 4 once a
+    part has half of ``size`` lines, and after any statement once it has twice ``size``; none
+    that would leave the last part under half. Cuts chosen by content fall at the same
+    statements in an edited program as in the original."""
     cuts, run, left = [], 0, sum(lengths)
     for k, (item, n) in enumerate(zip(items, lengths)):
         run += n
@@ -85,7 +85,7 @@ def _candidate_cuts(items, lengths, size):
 
 
 def _marks_a_cut(item):
-    text = "\n".join(canonical(render([item])))
+    text = "\n".join(_canonical(render([item])))
     return hashlib.blake2b(text.encode(), digest_size=2).digest()[0] % 4 == 0
 
 
@@ -93,10 +93,10 @@ _BOUND = re.compile(r"^\s*(?:for (\w+) in |([\w, ]+?) (?:=|\+=|-=) )")
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-def canonical(lines):
-    """A part's rendered ``lines`` with its local variables renamed ``x0``, ``x1``... in the
-    order they first appear: two parts computing the same thing on the same slots (a layer
-    of an edited program before the edit) are the same text whatever its nodes are called."""
+def _canonical(lines):
+    """A statement's rendered ``lines`` with its local variables renamed ``x0``, ``x1``... in
+    the order they first appear: whether it marks a cut does not depend on what its
+    program's nodes are called."""
     bound = set()
     for line in lines:
         match = _BOUND.match(line)
