@@ -190,3 +190,54 @@ def test_a_warm_process_links_parts_and_kernels_without_numba(tmp_path):
     cold, warm = (run.stdout.split() for run in runs)
     assert cold[:2] == warm[:2]
     assert cold[2] == "True" and warm[2] == "False"
+
+
+def test_the_parts_of_an_entry_are_linked_in_one_engine(small_parts):
+    """native.sequence links every part's object and the function calling them in one MCJIT
+    engine (an engine each cost a warm first call ~1.5 ms): an executable in parts, compiled
+    or loaded from the cache, links no part on its own (``native.linked_objects`` counts
+    those), and gives the interpreter's results both ways."""
+    from lowering import native
+    from lowering.numba_cpu import external
+
+    for symbol in external.SYMBOLS:  # the product kernels: linked once per process
+        external.address(symbol)
+    case = WHOLE_PROGRAMS["pinn-value_and_grad"]
+    compiled = qb.jit(case.fn)
+    graph = compiled.lower(*case.args).graph
+    assert len(module_source(graph)[0]) > 3
+    values = [np.asarray(leaf) for leaf in qb.tree.flatten(case.args)[0]]
+    expected = evaluate(graph, values)
+    before = native.linked_objects()
+    results = [compiled(*case.args)]
+    results.append(load_cached(graph)(*values))
+    assert native.linked_objects() == before
+    for result in results:
+        for actual, wanted in zip(qb.tree.leaves(result), expected):
+            np.testing.assert_allclose(np.asarray(actual), wanted, **device_cases.TOL)
+
+
+def test_llvm_on_its_own_thread_makes_the_same_object(tmp_path):
+    """target.Entry runs LLVM's passes and code generation on a thread while the front end
+    goes on; the object it makes is byte for byte the one made on the calling thread (each
+    compiled in a fresh process: Numba numbers a function compiled twice in one)."""
+    script = textwrap.dedent("""
+        import hashlib, sys
+        import numpy as np
+        import quabla as qb
+        from lowering import cache
+        import lowering.numba_cpu as cpu
+        from lowering.numba_cpu import module_source, target
+        target.LLVM_THREAD = sys.argv[1] == "1"
+        rng = np.random.default_rng(3)
+        f = lambda x, w: qb.sum(qb.tanh(x @ w) ** 2)
+        args = rng.normal(size=(9, 5)), rng.normal(size=(5, 4))
+        (source,) = module_source(qb.jit(qb.grad(f, 1)).lower(*args).graph)[0]
+        entry = cpu._compile(cache.entry_key(source), source, "part.py")
+        print(hashlib.sha256(entry.result()[0]).hexdigest())
+    """)
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    digests = [subprocess.run([sys.executable, "-c", script, flag], env=env, check=True,
+                              capture_output=True, text=True).stdout.split()[-1]
+               for flag in ("1", "0")]
+    assert digests[0] == digests[1]
