@@ -282,12 +282,12 @@ def _close(engine):
         engine.close()
 
 
-def load(object_code, entry, symbols):
-    """``(handle, address)``: ``object_code`` linked into this process, and where ``entry``
-    is in it. The code stays linked while someone holds the handle; an identical object
-    loaded meanwhile (another function compiled to the same program) shares it."""
+def load(object_code, entry, addresses):
+    """``(handle, address)``: ``object_code`` linked into this process, the symbols it names
+    at ``addresses`` (``resolve``), and where ``entry`` is in it. The code stays linked while
+    someone holds the handle; an identical object loaded meanwhile (another function compiled
+    to the same program) shares it."""
     digest = hashlib.sha256(object_code).digest()
-    addresses = resolve(symbols)  # (a resolver may load code)
     with _lock:
         linked = _linked.get(digest)
         if linked is None:
@@ -349,14 +349,13 @@ def sequence(parts, control=None):
     """``(handle, address)`` of one entry ``void entry(args)`` that calls the entries of
     ``parts`` in order; with ``control``, only the part numbered by the first element of the
     int64 array ``args[control]`` (the last part for any number past it): the phases of a
-    threaded entry. A part is ``(object code, entry, symbols)``, linked in the one engine
-    with the others (one engine for all of them: an engine costs a warm first call ~1.5 ms),
-    or ``(handle, address)`` of an entry linked elsewhere (``load``, or Numba's own copy).
-    ``LoadError`` if a symbol is unknown here."""
+    threaded entry. A part is ``(object code, entry, addresses)`` (as ``load`` takes it),
+    linked in the one engine with the others (an engine costs a warm first call ~1.5 ms), or
+    ``(handle, address)`` of an entry linked elsewhere (``load``, or Numba's own copy)."""
     addresses = {}
     for part in parts:
         if len(part) == 3:
-            addresses.update(resolve(part[2]))  # (a resolver may load code)
+            addresses.update(part[2])
     with _lock:
         held = _Sequence(parts, addresses, control)
         address = held.engine.get_function_address("quabla_sequence")
@@ -364,7 +363,8 @@ def sequence(parts, control=None):
 
 
 def resolve(symbols):
-    """The address of each of ``symbols`` in this process (``LoadError`` if one is unknown)."""
+    """The address of each of ``symbols`` in this process (``LoadError`` if one is unknown);
+    call it outside ``_lock``: a resolver may load code."""
     return {name: _address(name) for name in symbols}
 
 

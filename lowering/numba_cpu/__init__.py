@@ -246,17 +246,16 @@ def _prepare(graph):
 
 
 def _linkable(code, entry, symbols):
-    """``(code, entry, symbols)`` if every symbol the object names is found in this process
-    (``native.resolve``), else None: it needs Numba's runtime."""
+    """``(code, entry, addresses)`` of an object whose ``symbols`` are all found in this
+    process (``native.resolve``), else None: it needs Numba's runtime."""
     try:
-        native.resolve(symbols)
+        return code, entry, native.resolve(symbols)
     except native.LoadError:
         return None
-    return code, entry, symbols
 
 
 def _stored(key):
-    """``(object code, entry, symbols)`` of part ``key`` from its verified cached object if
+    """``(object code, entry, addresses)`` of part ``key`` from its verified cached object if
     it links here, else None."""
     stored = cache.read_object(key)
     if stored is None:
@@ -267,7 +266,7 @@ def _stored(key):
 
 def load_or_compile(parts, cached=True):
     """Each part ``(key, source)`` of ``parts`` as ``_executable`` links it: its object
-    ``(code, entry, symbols)`` from the cache (unless not ``cached``), or compiled and cached
+    ``(code, entry, addresses)`` from the cache (unless not ``cached``), or compiled and cached
     first (``_compile_all``), or, compiled but not linkable here, Numba's own copy
     ``(handle, address)``."""
     paths = [cache.write_source(key, source) for key, source in parts]  # a planted or
@@ -371,9 +370,8 @@ def _compile_in_parallel(todo):
         if pid == 0:  # the copy: compile its share into the cache, and leave at once
             status = 1
             try:
-                todo = [(k, key, source, cache.write_source(key, source))
-                        for k, (key, source) in enumerate(share)]
-                _compile_all(todo)
+                _compile_all([(k, key, source, cache.write_source(key, source))
+                              for k, (key, source) in enumerate(share)])
                 status = 0
             finally:
                 os._exit(status)

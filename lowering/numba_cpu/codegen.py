@@ -51,7 +51,7 @@ def check_supported(graph, device="cpu"):
             raise UnsupportedOperationError(op=node.op, device=device)
 
 
-def control(e, first, shared):
+def _control(e, first, shared):
     """The index of a threaded entry's control row in its argument tuple: after the scratch
     buffers shared by all threads and each thread's own (``first``: the first shared one)."""
     return first + len(shared) + e.threads * len(private_buffers(e))
@@ -103,7 +103,7 @@ def generate(graph, n_threads=1, part_lines=None):
                       if var in named and name in shared],  # an unused view costs compile time
                      starts)
         if "ctl" in named:  # a threaded entry's tile loop: its control row
-            own.append(Assign("ctl", f"_arg(args, {control(e, first, shared)}, 0, np.int64)"))
+            own.append(Assign("ctl", f"_arg(args, {_control(e, first, shared)}, 0, np.int64)"))
         lines = render(propagate(own + body))
         if not lines:  # nothing to do once its copies are read in place
             if phases is None and len(bodies) > 1 and (sources or body is not bodies[-1]):

@@ -9,9 +9,10 @@ a C function of typed pointers and sizes, written with llvmlite's IR builder (Nu
 took ~0.13 s of every cold process to type and lower it from Python source; LLVM's passes and
 code generation, ~0.06 s, are all it costs now) and compiled by the entries' target
 (``target.compile_module``). Generated code calls it as an external function
-(``_matmul_float64(a, b, out, w, ...)``, declared in runtime.py), and its address is given to
-LLVM's linker (``llvmlite.binding.add_symbol``) and to the object loader (``native.resolver``)
-before an entry that names it is compiled or linked. A warm process links it from the cache.
+(``_matmul_float64(a, b, out, w, ...)``, declared in runtime.py); the object loader finds its
+address when an entry's object that names it is linked (``native.resolver``), and LLVM's
+linker before Numba links an entry itself (``ensure``). It compiles while Numba's front end
+takes the entry that calls it (``prefetch``). A warm process links it from the cache.
 """
 
 import contextlib
@@ -22,7 +23,7 @@ from llvmlite import ir
 
 from .. import cache, native
 
-__all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch", "module_text"]
+__all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch"]
 
 I64 = ir.IntType(64)
 _SCALARS = {"float64": ir.DoubleType(), "float32": ir.FloatType()}
@@ -158,7 +159,7 @@ def _key(symbol):
     return cache.entry_key(f"{symbol} {cache.sources_digest(('numba_cpu/external.py',))}")
 
 
-def module_text(symbol, name):
+def _module_text(symbol, name):
     """The LLVM IR of kernel ``symbol``'s module, its function called ``name``."""
     build, dtype = SYMBOLS[symbol]
     module = ir.Module(name=symbol)
@@ -176,14 +177,15 @@ def address(symbol):
             linked = None
             if stored is not None:
                 with contextlib.suppress(native.LoadError):
-                    linked = native.load(stored[0], stored[1]["entry"], stored[1]["symbols"])
+                    linked = native.load(stored[0], stored[1]["entry"],
+                                         native.resolve(stored[1]["symbols"]))
             if linked is None:
                 from .target import compile_module
 
                 name = f"{symbol}_{key}"
-                code = compile_module(module_text(symbol, name), slp=True)
+                code = compile_module(_module_text(symbol, name), slp=True)
                 cache.write_object(key, code, name, [])
-                linked = native.load(code, name, [])
+                linked = native.load(code, name, {})
             _linked[symbol] = linked
         return _linked[symbol][1]
 
