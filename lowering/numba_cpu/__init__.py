@@ -49,12 +49,20 @@ _DECORATOR = "\n@entry(lean_pipeline(), nrt={})\n"
 # Numba's array implementation. ReconstructSSA is left out too: every variable of generated
 # code keeps one type, which is all Numba's untyped SSA form is for, and it costs a pass over
 # the whole function per variable assigned more than once (loop-carried scalars, swapped
-# carry buffers): half the compile time of a 1,500-line adjoint ODE solve.
-_UNUSED_PASSES = ("WithLifting", "InlineClosureLikes", "InlineInlinables", "InlineOverloads",
-                  "RewriteDynamicRaises", "RewriteSemanticConstants", "DeadBranchPrune",
-                  "MakeFunctionToJitFunction", "FindLiterallyCalls", "LiteralUnroll",
-                  "LiteralPropagationSubPipelinePass", "ReconstructSSA", "NopythonRewrites",
-                  "AnnotateTypes", "DumpParforDiagnostics")
+# carry buffers): half the compile time of a 1,500-line adjoint ODE solve. So are the
+# rewrites before typing (constant getitems and setitems, which arrays do not need, prints,
+# raises, static powers) and the stripping of phi nodes, which only SSA reconstruction makes:
+# each then recomputes every variable's lifetime over the unchanged function (liveness over
+# blocks times variables), as IRProcessing has; ~0.12 s each of that ODE solve.
+_UNUSED_PASSES = ("WithLifting", "GenericRewrites", "InlineClosureLikes", "InlineInlinables",
+                  "InlineOverloads", "RewriteDynamicRaises", "RewriteSemanticConstants",
+                  "DeadBranchPrune", "MakeFunctionToJitFunction", "FindLiterallyCalls",
+                  "LiteralUnroll", "LiteralPropagationSubPipelinePass", "ReconstructSSA",
+                  "PreLowerStripPhis", "NopythonRewrites", "AnnotateTypes",
+                  "DumpParforDiagnostics")
+# ... and, in an entry without reference counts, IRLegalization: it recomputes the lifetimes
+# once more to insert the deletions that decrement reference counts
+_WITHOUT_NRT = ("IRLegalization",)
 _PIPELINE = None
 # Python's recursion limit while Numba compiles an entry (see _deep_recursion).
 COMPILE_RECURSION_LIMIT = 20_000
@@ -62,7 +70,7 @@ COMPILE_RECURSION_LIMIT = 20_000
 
 def lean_pipeline():
     """The compiler class of generated entries: Numba's nopython pipeline less the passes
-    in ``_UNUSED_PASSES``."""
+    in ``_UNUSED_PASSES`` (and ``_WITHOUT_NRT`` for an entry without reference counts)."""
     global _PIPELINE
     if _PIPELINE is None:
         from numba.core.compiler import CompilerBase, DefaultPassBuilder
@@ -70,7 +78,8 @@ def lean_pipeline():
         class LeanPipeline(CompilerBase):
             def define_pipelines(self):
                 pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-                pm.passes = [p for p in pm.passes if p[0].__name__ not in _UNUSED_PASSES]
+                unused = _UNUSED_PASSES + (() if self.state.flags.nrt else _WITHOUT_NRT)
+                pm.passes = [p for p in pm.passes if p[0].__name__ not in unused]
                 pm.finalize()
                 return [pm]
 

@@ -25,8 +25,8 @@ import threading
 from types import BuiltinFunctionType
 
 from numba.core import codegen, compiler, cpu, intrinsics, types
-from numba.core.datamodel import models, register_default
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.datamodel import models, register_default
 from numba.core.decorators import jit
 from numba.core.descriptors import TargetDescriptor
 from numba.core.dispatcher import Dispatcher
