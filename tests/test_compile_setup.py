@@ -105,6 +105,14 @@ def test_only_the_entry_is_translated_and_typed(cold):
     assert cold["passes"]["nopython_type_inference"] == 1
 
 
+def test_entries_skip_the_passes_that_recompute_lifetimes(cold):
+    # the rewrites before typing and phi stripping change nothing in generated code, and an
+    # entry without reference counts needs no deletions: each pass recomputed the lifetime of
+    # every variable over the whole entry, as IRProcessing does once
+    assert not {"generic_rewrites", "strip_phis", "ir_legalization"} & set(cold["passes"])
+    assert cold["passes"]["ir_processing"] == 1
+
+
 def test_no_collection_while_numba_compiles(cold):
     assert cold["collections"] == []
     assert cold["gc_enabled"]
