@@ -142,6 +142,7 @@ class _Lowering(cpu.CPUContext):
         super().init()
         self._internal_codegen = _Codegen("quabla.entries")
         self._implementations = {}
+        self._sizes = {}
 
     def get_function(self, fn, sig, _firstcall=True):
         """As Numba's, kept per function type and signature: Numba looks the implementation
@@ -154,6 +155,14 @@ class _Lowering(cpu.CPUContext):
         found = self._implementations.get(key)
         if found is None:
             found = self._implementations[key] = super().get_function(fn, sig, _firstcall)
+        return found
+
+    def get_abi_sizeof(self, ty):
+        """As Numba's, kept per LLVM type: llvmlite finds a size by parsing a module that
+        holds a global of the type (~0.2 ms), and Numba asks for each variable it allocates."""
+        found = self._sizes.get(ty)
+        if found is None:
+            found = self._sizes[ty] = super().get_abi_sizeof(ty)
         return found
 
     def load_additional_registries(self):
