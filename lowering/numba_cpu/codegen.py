@@ -26,7 +26,7 @@ from .emitter import Emitter
 from .linalg import BLAS_THRESHOLD
 from .passes import check_integers, phased, private_buffers, propagate, views
 from .source import Named, argument
-from .statements import Assign, names, render
+from .statements import Assign, exposed, names, render
 from .table import LOWERINGS
 
 __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
@@ -99,8 +99,9 @@ def generate(graph, n_threads=1, part_lines=None):
     for body in bodies:
         named = names(body)
         own = [item for item in prologue if item.targets[0] in named]
+        read = exposed(body)  # not a view the part binds again first (a thread's own scratch)
         own += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
-                      if var in named and name in shared],  # an unused view costs compile time
+                      if var in read and name in shared],  # an unused view costs compile time
                      starts)
         if "ctl" in named:  # a threaded entry's tile loop: its control row
             own.append(Assign("ctl", f"_arg(args, {_control(e, first, shared)}, 0, np.int64)"))

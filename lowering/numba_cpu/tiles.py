@@ -79,7 +79,9 @@ def end_tile(e, begin):
 def combine_partials(e, begin):
     """Ends the loop's phase of a threaded loop: each thread leaves its partial sums in its
     scratch (a 0-d one stored to a slot), and the phase after the loop starts by combining
-    them, thread by thread in order, into the accumulators that code reads."""
+    them, thread by thread in order, into the accumulators that code reads: one loop per
+    size for all the accumulators of that size, one statement per accumulator (each loop
+    and statement costs Numba's front end as much as any)."""
     accumulated = []
     for nid in sorted(begin.accumulated):
         node = e.nodes[nid]
@@ -91,23 +93,27 @@ def combine_partials(e, begin):
         accumulated.append((nid, node, var, e.slot_of[var], e.shapes[var]))
     e.private = False
     e.split = (e.split[0], len(e.code.items))
+    by_size = {}
     for nid, node, var, (buffer, start), shape in accumulated:
         parts = [f"{var}_p{t}" for t in range(e.threads)]
         e.partials += [(p, buffer, start, shape, t) for t, p in enumerate(parts)]
+        index = "[0]" if var == f"a{nid}" else "[i0]"
+        total = f"{parts[0]}{index}"
+        for p in parts[1:]:
+            total = combine(node.op, total, f"{p}{index}")
         if var == f"a{nid}":  # a 0-d sum
-            e.assign(f"v{nid}", f"{parts[0]}[0]")
-            for p in parts[1:]:
-                e.assign(f"v{nid}", combine(node.op, f"v{nid}", f"{p}[0]"))
+            e.assign(f"v{nid}", total)
             continue
         if kind(node) == "reduction":
             e.alloc(var, shape, node.dtype, result=nid)
         else:
             e.alloc(var, shape, node.dtype, result=nid,
                     expiry=e.last_use.get(nid, e.now))
-        e.loop("i0", math.prod(shape))
-        e.emit(f"{var}[i0] = {parts[0]}[i0]", 2)
-        for p in parts[1:]:
-            e.emit(f"{var}[i0] = {combine(node.op, var + '[i0]', p + '[i0]')}", 2)
+        by_size.setdefault(math.prod(shape), []).append(f"{var}[i0] = {total}")
+    for size, statements in by_size.items():
+        e.loop("i0", size)
+        for statement in statements:
+            e.emit(statement, 2)
 
 
 def _worth_threads(nodes, begin):
