@@ -319,3 +319,20 @@ def test_primitives_batched_through_a_tile_loop(fn, make_args):
     (most of them)."""
     program, args = batched_program(fn, make_args)
     _check(program, *args)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_small_matrix_vector_products_sum_each_row_in_order(dtype, transposed):
+    # a small product times a vector runs its rows' sums side by side (k outside): each row
+    # is still summed in the order of k, so the bits are those of the row-by-row sum
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(30, 40) if transposed else (40, 30)).astype(dtype)
+    v = rng.normal(size=30).astype(dtype)
+    matrix = a.T if transposed else a
+    expected = np.zeros(40, dtype)
+    for k in range(30):
+        expected = expected + matrix[:, k] * v[k]
+    fn = qb.jit((lambda a, v: a.T @ v) if transposed else (lambda a, v: a @ v))
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(fn(a, v)), expected)

@@ -107,18 +107,29 @@ def small_product(e, a, b, out, dims, dtype, ta=False, tb=False):
     """``out`` = (B, M, K) x (B, K, N) as a plain loop nest summing over k in order (as
     the product kernel does, so the same bits): cheaper than that kernel's first compile,
     and as fast for products this small. ``ta``, ``tb``: ``a`` is stored (B, K, M), ``b``
-    (B, N, K)."""
+    (B, N, K). A matrix times a vector (N = 1) sums its rows side by side, k outside: a
+    running sum is a chain of dependent adds, and one row after another the loop waits on
+    each add (the mat-vecs of a forward-over-reverse MLP)."""
     B, M, K, N = dims
-    acc = f"{out}s"
-    e.loop("i0", B)
-    e.loop("i1", M, 2)
-    e.loop("i2", N, 3)
-    e.assign(acc, literal(0.0, dtype.name), 4)
-    e.loop("k", K, 4)
     left = e.at(a, ["i0", "k", "i1"] if ta else ["i0", "i1", "k"])
     right = e.at(b, ["i0", "i2", "k"] if tb else ["i0", "k", "i2"])
+    target = e.at(out, ["i0", "i1", "i2"])
+    zero = literal(0.0, dtype.name)
+    e.loop("i0", B)
+    if N == 1 and M > 1:
+        e.loop("i1", M, 2)
+        e.emit(f"{target} = {zero}", 3)
+        e.loop("k", K, 2)
+        e.loop("i1", M, 3)
+        e.emit(f"{target} = {target} + {left} * {right}", 4)
+        return
+    acc = f"{out}s"
+    e.loop("i1", M, 2)
+    e.loop("i2", N, 3)
+    e.assign(acc, zero, 4)
+    e.loop("k", K, 4)
     e.assign(acc, f"{acc} + {left} * {right}", 5)
-    e.emit(f"{e.at(out, ['i0', 'i1', 'i2'])} = {acc}", 4)
+    e.emit(f"{target} = {acc}", 4)
 
 
 def blas_2d(e, node):
