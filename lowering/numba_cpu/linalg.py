@@ -114,19 +114,18 @@ def small_product(e, a, b, out, dims, dtype, ta=False, tb=False):
     left = e.at(a, ["i0", "k", "i1"] if ta else ["i0", "i1", "k"])
     right = e.at(b, ["i0", "i2", "k"] if tb else ["i0", "k", "i2"])
     target = e.at(out, ["i0", "i1", "i2"])
-    zero = literal(0.0, dtype.name)
-    e.loop("i0", B)
     if N == 1 and M > 1:
-        e.loop("i1", M, 2)
-        e.emit(f"{target} = {zero}", 3)
+        e.emit(f"_zero({out}, {B * M})")
+        e.loop("i0", B)
         e.loop("k", K, 2)
         e.loop("i1", M, 3)
         e.emit(f"{target} = {target} + {left} * {right}", 4)
         return
     acc = f"{out}s"
+    e.loop("i0", B)
     e.loop("i1", M, 2)
     e.loop("i2", N, 3)
-    e.assign(acc, zero, 4)
+    e.assign(acc, literal(0.0, dtype.name), 4)
     e.loop("k", K, 4)
     e.assign(acc, f"{acc} + {left} * {right}", 5)
     e.emit(f"{target} = {acc}", 4)
