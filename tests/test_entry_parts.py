@@ -100,6 +100,93 @@ def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts,
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
+def _penalised(penalty):
+    """A batch MLP's loss at two sets of points (each weight is used twice), with ``penalty``
+    (a term computed from the parameters alone) added unless None."""
+    def net(ws, x):
+        for w in ws[:-1]:
+            x = qb.tanh(x @ w)
+        return x @ ws[-1]
+
+    def loss(ws, x):
+        out = qb.mean(net(ws, x) ** 2) + qb.mean((net(ws, 0.5 * x[:8]) - 1.0) ** 2)
+        return out if penalty is None else out + 1e-3 * sum(penalty(w) for w in ws)
+    return loss
+
+
+@pytest.mark.parametrize("penalty", [lambda w: qb.sum(w * w), lambda w: qb.sum(qb.abs(w) ** 3)],
+                         ids=["l2", "cubic"])
+def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monkeypatch, penalty):
+    """A term computed from the parameters alone changes only the schedule's tail
+    (schedule.tail_nodes: each gradient's last sums, to which the term's contribution comes
+    last, quabla/transforms/vjp.py; the term itself; the small results copied into place):
+    the edited program's statements before the tail are the original's, names and scratch
+    slots included, and compiled after it, it compiles only the parts from its tail on. It
+    gives the interpreter's results, called twice."""
+    import lowering.numba_cpu as cpu
+    from lowering.numba_cpu.statements import render
+
+    monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
+    compiled = []
+    original_compile = cpu._compile
+    monkeypatch.setattr(cpu, "_compile",
+                        lambda key, *a: compiled.append(key) or original_compile(key, *a))
+    cuts = []
+    original_split = parts.split
+
+    def split(e, graph, items, part_lines=None):
+        bodies = original_split(e, graph, items, part_lines)
+        first = items[e.tail_item]
+        cuts.append((render(items[:e.tail_item]), len(bodies),
+                     next(k for k, body in enumerate(bodies) if first in body)))
+        return bodies
+
+    monkeypatch.setattr(parts, "split", split)
+    rng = np.random.default_rng(7)
+    ws = [qb.array(rng.normal(size=shape)) for shape in [(3, 8), (8, 8), (8, 1)]]
+    x = qb.array(rng.normal(size=(24, 3)))
+    qb.jit(qb.value_and_grad(_penalised(None)))(ws, x)
+    edited = qb.jit(qb.value_and_grad(_penalised(penalty)))
+    before = len(compiled)
+    first, again = edited(ws, x), edited(ws, x)
+    (body, _, _), (edited_body, n_parts, tail_part) = cuts
+    assert edited_body == body
+    assert 0 < len(compiled) - before <= n_parts - tail_part < n_parts, (compiled, n_parts)
+    graph = edited.lower(ws, x).graph
+    expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
+    for result in (first, again):
+        for ours, theirs in zip(qb.tree.leaves(result), expected):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+
+
+@pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])
+def test_a_part_can_begin_after_a_loop_that_swaps_its_carries(small_parts, loop):
+    """A loop's array carry names one of two slots, swapped every iteration, so which one
+    holds the result depends on the run: the loop copies it to a slot of its own afterwards
+    (regions.settle), and a part after the loop reads that. The program is cut after its
+    loop, and gives the interpreter's results, called twice and from the cache."""
+    def f(x):
+        step = lambda c: qb.sin(c) + 0.1 * c
+        if loop == "fori_loop":
+            y = qb.fori_loop(0, 5, lambda i, c: step(c), x)
+        else:
+            y = qb.while_loop(lambda kc: kc[0] < 5, lambda kc: (kc[0] + 1, step(kc[1])),
+                              (0, x))[1]
+        z = qb.tanh(y) * y
+        return qb.sum(z * z) + qb.sum(qb.cos(z)), z
+
+    x = np.linspace(0.5, 1.5, 12)
+    jitted = qb.jit(f)
+    graph = jitted.lower(x).graph
+    sources = module_source(graph)[0]
+    after = [k for k, source in enumerate(sources) if "while" not in source]
+    assert len(sources) > 1 and after and min(after) > 0, [s.count("\n") for s in sources]
+    expected = evaluate(graph, [x])
+    for result in (jitted(x), jitted(x), load_cached(graph)(x)):
+        for ours, theirs in zip(qb.tree.leaves(result), expected):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+
+
 def test_a_tampered_part_is_compiled_again(small_parts):
     case = WHOLE_PROGRAMS["pinn-value_and_grad"]
     graph = qb.jit(case.fn).lower(*case.args).graph

@@ -79,6 +79,22 @@ def test_grad_grad_of_python_float_argument():
     assert float(qb.grad(qb.grad(lambda x: x ** 3))(2.0)) == 12.0
 
 
+def test_a_gradient_sums_the_contributions_of_its_uses_in_the_order_they_were_traced():
+    """Each use of ``x`` contributes to its gradient; they are added in the order the uses
+    were traced (quabla/transforms/vjp.py), whatever order the backward walk reaches them in:
+    ``(1 + 1e16) - 1e16`` is 0 in float64, the walk's order ``(-1e16 + 1e16) + 1`` would be 1.
+    So a term traced later (an added loss term) adds its contribution after the others."""
+    def f(x, a):
+        return a[0] * x + a[1] * x + a[2] * x
+
+    a = np.array([1.0, 1e16, -1e16])
+    for form in (qb.grad(f), qb.jit(qb.grad(f))):
+        assert float(form(1.0, a)) == 0.0
+    # the uses of an intermediate value too
+    g = qb.jit(qb.grad(lambda x, a: f(qb.sin(x), a)))
+    assert float(g(0.0, a)) == 0.0
+
+
 def test_hvp_matches_analytic_hessian(on):
     rng = np.random.default_rng(0)
     a = rng.normal(size=(4, 4))

@@ -15,11 +15,17 @@ traffic (see ``_rematerialize``).
 
 Control-flow regions and their ``get`` projections are Singles: a region runs its
 sub-graphs' own statements inside its loop or branch, so nothing fuses or tiles across it.
+
+The tail (``tail_nodes``: what only the outputs need through elementwise and scalar arithmetic,
+such as each gradient's last sums and a penalty on the parameters) comes last and fuses only
+with itself, so an edit that adds such a term leaves every statement before it unchanged.
 """
 
+from quabla.core.graph import Graph, Node
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "kind", "fused"]
+__all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "kind", "fused",
+           "tail_nodes", "tail_last"]
 
 REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
@@ -125,9 +131,16 @@ def schedule(graph):
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
-    for nid, node in enumerate(nodes):
+    tail = tail_nodes(graph)
+    first_of_tail = min(tail, default=None)
+    start = 0  # where the tail's statements begin
+    for nid in [nid for nid in range(len(nodes)) if nid not in tail] + sorted(tail):
+        node = nodes[nid]
         if node.op == "input":
             continue
+        if nid == first_of_tail:
+            last_group = {}  # the tail fuses with nothing before it, and comes after it
+            start = len(plan.statements)
         if kind(node) == "reduction":
             source = node.operands[0]
             group, inside = plan.home.get(source, (None, False))
@@ -142,13 +155,65 @@ def schedule(graph):
             _join(plan, candidate, nid, inside=True)
             continue
         stmt = Single(nid)
-        plan.insert(max([plan.ready_at(o) for o in node.operands] + [0]), stmt)
+        plan.insert(max([plan.ready_at(o) for o in node.operands]
+                        + [start if nid in tail else 0]), stmt)
         plan.home[nid] = (stmt, False)
     statements = plan.statements
     _mark_materialized(graph, statements, plan)
-    _rematerialize(graph, statements, plan)
+    _rematerialize(graph, statements, plan, tail)
     statements = [s for s in statements if not isinstance(s, Group) or s.members]  # none: dead
-    return _tile(graph, statements, plan)
+    return _tile(graph, statements, plan, tail)
+
+
+def tail_nodes(graph):
+    """The nodes scheduled last: what reaches the outputs through elementwise and scalar
+    arithmetic only, such as the sums that make each gradient (quabla/transforms/vjp.py)
+    and a penalty on the parameters (reductions computed from inputs and constants alone).
+    A loss term an edit adds (an L2 penalty) is such a tail: the rest of the program keeps
+    its statements, scratch slots and so its compiled parts (numba_cpu/parts.py)."""
+    nodes = graph.nodes
+    from_inputs = set()  # nodes computed from inputs and constants alone
+    for nid, node in enumerate(nodes):
+        if node.op in ("input", "constant") or (
+                node.operands and all(o in from_inputs for o in node.operands)
+                and _fusible_or_scalar(node)):
+            from_inputs.add(nid)
+    readers = {}
+    for nid, node in enumerate(nodes):
+        for o in node.operands:
+            readers.setdefault(o, []).append(nid)
+    outputs = set(graph.outputs)
+    tail = set()
+    for nid in range(len(nodes) - 1, -1, -1):
+        node = nodes[nid]
+        read = readers.get(nid, ())
+        if (read or nid in outputs) and all(r in tail for r in read) \
+                and (_fusible_or_scalar(node) or node.op == "constant") \
+                and (kind(node) != "reduction" or nid in from_inputs):
+            tail.add(nid)
+    return tail
+
+
+def tail_last(graph):
+    """``graph`` with its nodes numbered as ``schedule`` takes them, the tail (``tail_nodes``)
+    last: the generated code names values by node, so the rest of an edited program keeps
+    its names as well as its statements."""
+    tail = tail_nodes(graph)
+    order = [nid for nid in range(len(graph.nodes)) if nid not in tail] + sorted(tail)
+    if order == list(range(len(order))):
+        return graph
+    new = {old: k for k, old in enumerate(order)}
+    nodes = [graph.nodes[old] for old in order]
+    nodes = [Node(n.op, tuple(new[o] for o in n.operands), n.params, n.shape, n.dtype, n.weak)
+             for n in nodes]
+    return Graph(nodes, [new[i] for i in graph.inputs], [new[o] for o in graph.outputs],
+                 graph.input_names)
+
+
+def _fusible_or_scalar(node):
+    """Whether ``node`` is computed in a loop nest or as scalar code by its kind."""
+    return node.op not in ("input", "constant", "get") and kind(node) in (
+        "elementwise", "index_map", "reduction")
 
 
 def _new_group(plan, shape, last_group, node, nid):
@@ -210,13 +275,13 @@ def _cheap(node):
     return PRIMITIVES[node.op].cheap(node.kw)
 
 
-def _rematerialize(graph, statements, plan):
+def _rematerialize(graph, statements, plan, tail):
     """Stop storing cheap members that only later loop nests read: each reader group computes
     them again (they become ``clones`` there, with the cheap, unstored members they are made
     of), from stored values. Decided value by value in program order, when the readers' loops
     together load no more arrays of their full size than the store and loads it saves: at most
     one more than the number of reader groups. Members that nothing reads any more are dropped
-    from their group."""
+    from their group. What the ``tail`` reads stays stored: the rest does not depend on it."""
     nodes = graph.nodes
     outputs = set(graph.outputs)
     consumers = {}
@@ -280,7 +345,7 @@ def _rematerialize(graph, statements, plan):
             for c in consumers.get(m, ()):
                 h = home.get(c)
                 if kind(nodes[c]) == "index_map" or not isinstance(h, Group) \
-                        or c not in h.member_set:
+                        or c not in h.member_set or (c in tail and m not in tail):
                     break
                 if h is not stmt and h not in readers:
                     readers.append(h)
@@ -343,16 +408,17 @@ def _tile_rows(extent, row_bytes):
     return None
 
 
-def _tile(graph, statements, plan):
+def _tile(graph, statements, plan, tail):
     """Runs the statements over the rows of one leading axis in tiles (``TileBegin``/``TileEnd``
     around them) when that axis is a batch axis: every row-wise statement computes row i of
     its result from row i of the others. Such statements are the groups whose shape leads with
     that extent, reshapes that keep it, products of a row-wise left operand by a matrix computed
     before the loop, and reductions and products that sum over it (accumulated across tiles,
     row by row in order, so sums come out as without tiles). Statements before the loop are
-    those that read nothing computed in it; statements after it read its results. If a
-    row-wise statement needs one of those, or a product meets a matrix too large to stay in
-    cache across tiles, nothing is tiled."""
+    those that read nothing computed in it, but for the ``tail``'s (``tail_nodes``: they
+    stay last); statements after it read its results. If a row-wise statement needs one of
+    those, or a product meets a matrix too large to stay in cache across tiles, nothing is
+    tiled."""
     nodes = graph.nodes
     groups = [st for st in statements if isinstance(st, Group) and st.shape]
     if not groups:
@@ -412,7 +478,7 @@ def _tile(graph, statements, plan):
     # the rows, ...): then it runs before the loop, in full, and the loop is planned again.
     ahead = set()
     for _ in range(len(statements)):
-        planned = _plan_tiles(graph, statements, extent, tile, reads, producer, ahead)
+        planned = _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, tail)
         if not isinstance(planned, set):
             return planned
         if not planned or planned <= ahead:
@@ -421,7 +487,7 @@ def _tile(graph, statements, plan):
     return statements
 
 
-def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead):
+def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, tail):
     """The statements with the tile loop, or the statements that would have to run ahead of
     it for it to exist (an empty set: no loop)."""
     nodes = graph.nodes
@@ -461,6 +527,9 @@ def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead):
             if isinstance(st, Group) and blocking and blocking <= pure:
                 return blocking  # would be row-wise if those ran ahead of the loop
             after.append(st)
+            late |= set(st.members) if isinstance(st, Group) else {st.nid}
+        elif (st.nid if isinstance(st, Single) else st.members[0]) in tail:
+            after.append(st)  # the tail stays last
             late |= set(st.members) if isinstance(st, Group) else {st.nid}
         else:
             before.append(st)

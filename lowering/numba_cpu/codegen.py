@@ -19,7 +19,7 @@ prologue's views).
 
 from quabla.errors import UnsupportedOperationError
 from ..loopnest.buffers import PRIVATE, dtype_of
-from ..loopnest.schedule import fused
+from ..loopnest.schedule import fused, tail_last
 from . import linalg, regions, structural  # noqa: F401  (they fill the lowering table)
 from . import parts
 from .emitter import Emitter
@@ -65,6 +65,7 @@ def generate(graph, n_threads=1, part_lines=None):
     called once, else the control rows of a threaded entry's calls (``passes.phased``):
     ``[before the loop]``, one per thread, ``[after it]``; the first number of a row is
     the phase whose part it runs."""
+    graph = tail_last(graph)
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
     targets = [argument(n_in + k, nodes[o].dtype) + "[0]" if nodes[o].shape == () else f"r{k}"

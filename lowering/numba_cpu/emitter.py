@@ -13,7 +13,8 @@ import math
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
-from ..loopnest.schedule import Group, TileBegin, TileEnd, kind, last_uses, schedule
+from ..loopnest.schedule import (Group, Single, TileBegin, TileEnd, kind, last_uses, schedule,
+                                 tail_nodes)
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
 from .source import ZERO_BITS, flat_index, node_id
@@ -22,6 +23,21 @@ from .table import LOWERINGS
 from .tiles import begin_tile, end_tile
 
 __all__ = ["Emitter", "Renumbered"]
+
+
+# Sub-graphs' node ids start at a multiple of this (``Emitter.numbered``).
+REGION_IDS = 4096
+# A result of at most this many elements that the statements before the tail compute
+# (schedule.tail_nodes) is copied into place at the end, not computed there.
+HELD_ELEMENTS = 4096
+
+
+def _held(graph, tail):
+    """The small results computed before the ``tail``: in scratch, then copied (``run``). A
+    term an edit adds to one (an L2 penalty on a gradient) then changes the tail alone, not
+    the statement that computes it (a result is written where it is computed)."""
+    return {o for o in graph.outputs if o not in tail and graph.nodes[o].op != "input"
+            and math.prod(graph.nodes[o].shape) <= HELD_ELEMENTS}
 
 
 class Emitter:
@@ -36,12 +52,20 @@ class Emitter:
         self.code = parent.code if parent else Code()  # the statements, shared with children
         self.targets = targets
         self.results = {}    # output node -> the index of the first result it is
+        self.tail = set() if parent else tail_nodes(graph)
+        self.tail_item = None  # the index of the first top-level item of the tail, if any
+        held = set() if parent else _held(graph, self.tail)
         for k, o in enumerate(graph.outputs):
-            self.results.setdefault(o, k)
+            if o not in held:
+                self.results.setdefault(o, k)
         self.result_of = {}  # variable -> index of the result array it is (a view of)
         # non-scalar constant arrays, in the argument tuple after the results
         self.constants = parent.constants if parent else []
-        self.numbered = parent.numbered if parent else [len(graph.nodes)]  # next node id free
+        # the next node id free for a region's sub-graph: from the first multiple of
+        # REGION_IDS above the entry's, so that a few more nodes in the entry (an edited
+        # program's tail) leave the names in its regions as they were
+        self.numbered = parent.numbered if parent else [
+            -(-(len(graph.nodes) + 1) // REGION_IDS) * REGION_IDS]
         self.region_results = {}  # region node -> the variables of its results
         self.inlined = {}    # group member -> its expression, spliced into its single consumer
         self.nesting = {}    # group member -> the bracket depth of its expression
@@ -90,6 +114,10 @@ class Emitter:
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
+            if self.tail_item is None and self.tail and self.tile is None and (
+                    stmt.nid in self.tail if isinstance(stmt, Single) else
+                    isinstance(stmt, Group) and self.tail.issuperset(stmt.members)):
+                self.tail_item = len(self.code.items)
             if isinstance(stmt, Group):
                 emit_group(self, stmt)
             elif isinstance(stmt, TileBegin):

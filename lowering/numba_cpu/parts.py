@@ -8,7 +8,8 @@ tuple: it reads what earlier parts computed through a ``passes.Handover`` (views
 0-d values through spill slots of the shared scratch), so the parts called in order compute
 what the whole entry would. Each part is compiled, cached and linked on its own
 (numba_cpu/__init__.py), and a part equal to one compiled before (the unchanged first layers
-of an edited program) is not compiled again.
+of an edited program; everything before the schedule's tail when the edit is a term there,
+such as a penalty on the parameters) is not compiled again.
 
 A part is written as the entry would be, with its program's names, argument indices and
 scratch offsets. Read from a table of integers, with its locals renamed in order (session
@@ -40,7 +41,8 @@ def split(e, graph, items, part_lines=None):
     lengths = [len(render([item])) for item in items]
     if sum(lengths) < 2 * size:
         return [items]
-    cuts = [k for k in _candidate_cuts(items, lengths, size) if not _continues(items[k])]
+    tail = e.tail_item if e.tail_item and e.tail_item < len(items) else None
+    cuts = [k for k in _candidate_cuts(items, lengths, size, tail) if not _continues(items[k])]
     while True:
         handover = Handover(e, graph)
         bounds = list(zip([0] + cuts, cuts + [len(items)]))
@@ -67,16 +69,26 @@ def _continues(item):
     return isinstance(item, Block) and item.header.startswith(("elif", "else"))
 
 
-def _candidate_cuts(items, lengths, size):
+def _candidate_cuts(items, lengths, size, tail=None):
     """Where to cut: after a statement whose text (``_canonical``) hashes to 0 mod 4 once a
     part has half of ``size`` lines, and after any statement once it has twice ``size``; none
     that would leave the last part under half. Cuts chosen by content fall at the same
-    statements in an edited program as in the original."""
+    statements in an edited program as in the original. Before item ``tail`` (the first of
+    the schedule's tail, which an added loss term changes) there is always a cut, and none
+    in the half part before it."""
     cuts, run, left = [], 0, sum(lengths)
     for k, (item, n) in enumerate(zip(items, lengths)):
+        if k == tail:
+            if cuts and sum(lengths[cuts[-1]:k]) < size // 2:
+                cuts.pop()
+            if k:
+                cuts.append(k)
+            run = 0
         run += n
         left -= n
         if left < size // 2:
+            if tail is not None and k < tail:
+                continue
             break
         if run >= 2 * size or (run >= size // 2 and _marks_a_cut(item)):
             cuts.append(k + 1)

@@ -232,8 +232,9 @@ class Handover:
                 + [Assign(n, f"sp{n}[0]") for n in sorted(needed) if n in self.spills])
 
     def allocate(self):
-        """A slot of shared scratch for each spilled value (once the parts are settled)."""
-        for name, dtype in self.spills.items():
+        """A slot of shared scratch for each spilled value (once the parts are settled), in
+        the order of their nodes: an edit that adds later nodes moves no earlier slot."""
+        for name, dtype in sorted(self.spills.items(), key=lambda item: int(item[0][1:])):
             self.e.slots.append((f"sp{name}", dtype, self.e.plan.append(dtype, 1), (1,)))
 
     def stores(self, items):

@@ -1,7 +1,10 @@
 """Lowerings of the control-flow regions: real ``for`` loops (``scan``, down for ``reverse``),
 ``while True: ... break``, ``if``/``else`` and ``remat``'s block around their sub-graphs, emitted once by a child
 emitter (``Emitter.sub_graph``) whose scratch becomes one block of the parent's. Scalar carries
-are locals; an array carry is two slots swapped every iteration, or one updated in place."""
+are locals; an array carry is two slots swapped every iteration, or one updated in place.
+After a loop, each swapped carry read later is copied to a slot of its own (``settle``): which
+of the two holds the result depends on the run, and a statement that names a fixed slot can be
+handed to a later part of the entry (parts.py) or phase of a threaded one."""
 
 import math
 
@@ -48,14 +51,16 @@ def carries(e, nid, body, inits, offset):
         single = res == inp or (
             body.nodes[res].op == "dynamic_update_add" and readers.get(inp) == [res]
             and inp not in body.outputs)
-        region_array(e, var, gets.get(k, ()), node.shape, node.dtype, swapped=not single)
+        # a swapped pair lives through the loop alone: ``settle`` copies the result out
+        region_array(e, var, () if not single else gets.get(k, ()), node.shape, node.dtype,
+                     swapped=not single)
         e.copy(var, init, node.shape)
         current.append(var)
         if single:
             following.append(var)
             in_place[offset + k] = k
         else:
-            region_array(e, var + "n", gets.get(k, ()), node.shape, node.dtype, swapped=True)
+            region_array(e, var + "n", (), node.shape, node.dtype, swapped=True)
             e.plan.tie(var, var + "n")
             following.append(var + "n")
     return current, following, in_place
@@ -65,6 +70,22 @@ def swap(e, current, following):
     for a, b in zip(current, following):
         if a != b:
             e.emit(Assign((a, b), f"{b}, {a}"), 2)
+
+
+def settle(e, nid, body, current, following, offset):
+    """The variables of loop ``nid``'s carries after it: each swapped array carry that is
+    read later copied, after the loop, to a slot of its own (the result array if it is an
+    output)."""
+    gets, settled = e.results_of(nid), []
+    for k, (a, b) in enumerate(zip(current, following)):
+        if a == b or k not in gets:
+            settled.append(a)
+            continue
+        node = body.nodes[body.inputs[offset + k]]
+        region_array(e, f"{a}o", gets[k], node.shape, node.dtype)
+        e.copy(f"{a}o", a, node.shape)
+        settled.append(f"{a}o")
+    return settled
 
 
 def scan(e, node, out, args, body, length, lower, reverse, n_carry):
@@ -92,7 +113,7 @@ def scan(e, node, out, args, body, length, lower, reverse, n_carry):
     child = e.sub_graph(body, [index] + current + args[n_carry:], targets, in_place)
     swap(e, current, following)
     e.place_blocks([child])
-    e.region_results[nid] = current + stacks
+    e.region_results[nid] = settle(e, nid, body, current, following, 1) + stacks
 
 
 def while_loop(e, node, out, args, cond_fun, body, n_carry):
@@ -106,7 +127,7 @@ def while_loop(e, node, out, args, cond_fun, body, n_carry):
     child = e.sub_graph(body, operands, following, in_place)
     swap(e, current, following)
     e.place_blocks([test, child])
-    e.region_results[nid] = current
+    e.region_results[nid] = settle(e, nid, body, current, following, 0)
 
 
 def result_targets(e, nid, graph):

@@ -1,5 +1,10 @@
 """Reverse mode: the VJP of a graph, as a new graph that returns the primal outputs and the
-gradients of selected inputs. Cotangents are accumulated symbolically; zeros stay ``Zero``."""
+gradients of selected inputs. Cotangents are accumulated symbolically; zeros stay ``Zero``.
+
+A value's cotangent is the sum of its uses' contributions in the order the uses were traced
+(``_total``), not in the order the backward walk reaches them: a use traced later (another
+loss term, an L2 penalty) then adds one node at the end of each sum and leaves the earlier
+partial sums, and what the lowering builds from them, as they were (edit-and-rerun)."""
 
 from .. import ops
 from ..core.dependence import node_dependence
@@ -36,10 +41,11 @@ def vjp_graph(graph, wrt, seeds):
         wrt_positions = frozenset(wrt)
         active = {nid for nid, d in node_dependence(graph).items() if d & wrt_positions}
         for nid in range(len(graph.nodes) - 1, -1, -1):
-            ct = cts.get(nid)
             node = graph.nodes[nid]
-            if ct is None or nid not in active or not node.operands:  # an input: nothing to pass
+            if nid not in cts or nid not in active or not node.operands:  # an input: nothing
                 continue
+            ct = cts[nid]  # a multi-result node's: a dict by result
+            ct = ct if isinstance(ct, dict) else _total(ct)
             if node.op == "get":  # a multi-result node collects its cotangents per result
                 cts.setdefault(node.operands[0], {})[node.kw["index"]] = ct
                 continue
@@ -59,16 +65,25 @@ def vjp_graph(graph, wrt, seeds):
                     _accumulate(cts, o, oct, graph.nodes[o].dtype)
         outs = [env[o] for o in graph.outputs]
         grads = [
-            materialize(cts.get(graph.inputs[k]), *graph.in_avals[k]) for k in wrt
+            materialize(_total(cts.get(graph.inputs[k])), *graph.in_avals[k]) for k in wrt
         ]
         result = frame.build([frame.operand(v) for v in outs + grads])
     return simplify(result)
 
 
 def _accumulate(cts, nid, value, dtype):
-    """Add ``value`` to the cotangent of ``nid``, in ``nid``'s ``dtype``: a rule's weak float64
-    constants (a ``where(x > 0, 1.0, 0.0)`` partial) times a weak cotangent would otherwise
-    widen a float32 program's gradients to float64."""
-    value = ops.astype(value, dtype)
-    previous = cts.get(nid)
-    cts[nid] = value if previous is None else ops.add(previous, value)
+    """Add ``value`` to the contributions to ``nid``'s cotangent, in ``nid``'s ``dtype``: a
+    rule's weak float64 constants (a ``where(x > 0, 1.0, 0.0)`` partial) times a weak
+    cotangent would otherwise widen a float32 program's gradients to float64."""
+    cts.setdefault(nid, []).append(ops.astype(value, dtype))
+
+
+def _total(contributions):
+    """The sum of ``contributions`` (as the backward walk reached them, the last use first)
+    in the order of their uses; None for none."""
+    if not contributions:
+        return None
+    total = contributions[-1]
+    for value in reversed(contributions[:-1]):
+        total = ops.add(total, value)
+    return total
