@@ -16,16 +16,17 @@ traffic (see ``_rematerialize``).
 Control-flow regions and their ``get`` projections are Singles: a region runs its
 sub-graphs' own statements inside its loop or branch, so nothing fuses or tiles across it.
 
-The tail (``tail_nodes``: what only the outputs need through elementwise and scalar arithmetic,
-such as each gradient's last sums and a penalty on the parameters) comes last and fuses only
-with itself, so an edit that adds such a term leaves every statement before it unchanged.
+The tail (``tail_phases``: what only the outputs need through elementwise and scalar
+arithmetic, such as each gradient's last sums, then what of it is computed from the inputs
+alone, such as a penalty on the parameters) comes last, each phase fusing only with itself, so
+an edit that adds such a term leaves every statement before it unchanged.
 """
 
 from quabla.core.graph import Graph, Node
 from quabla.core.primitives import PRIMITIVES
 
 __all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "kind", "fused",
-           "tail_nodes", "tail_last"]
+           "tail_phases", "tail_last"]
 
 REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
@@ -131,16 +132,15 @@ def schedule(graph):
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
-    tail = tail_nodes(graph)
-    first_of_tail = min(tail, default=None)
-    start = 0  # where the tail's statements begin
-    for nid in [nid for nid in range(len(nodes)) if nid not in tail] + sorted(tail):
+    phase = tail_phases(graph)
+    current, start = 0, 0  # the phase being scheduled, where its statements begin
+    for nid in sorted(range(len(nodes)), key=lambda n: (phase.get(n, 0), n)):
         node = nodes[nid]
         if node.op == "input":
             continue
-        if nid == first_of_tail:
-            last_group = {}  # the tail fuses with nothing before it, and comes after it
-            start = len(plan.statements)
+        if phase.get(nid, 0) != current:
+            last_group = {}  # a phase fuses with nothing before it, and comes after it
+            current, start = phase[nid], len(plan.statements)
         if kind(node) == "reduction":
             source = node.operands[0]
             group, inside = plan.home.get(source, (None, False))
@@ -155,22 +155,23 @@ def schedule(graph):
             _join(plan, candidate, nid, inside=True)
             continue
         stmt = Single(nid)
-        plan.insert(max([plan.ready_at(o) for o in node.operands]
-                        + [start if nid in tail else 0]), stmt)
+        plan.insert(max([plan.ready_at(o) for o in node.operands] + [start]), stmt)
         plan.home[nid] = (stmt, False)
     statements = plan.statements
     _mark_materialized(graph, statements, plan)
-    _rematerialize(graph, statements, plan, tail)
+    _rematerialize(graph, statements, plan, phase)
     statements = [s for s in statements if not isinstance(s, Group) or s.members]  # none: dead
-    return _tile(graph, statements, plan, tail)
+    return _tile(graph, statements, plan, phase)
 
 
-def tail_nodes(graph):
-    """The nodes scheduled last: what reaches the outputs through elementwise and scalar
-    arithmetic only, such as the sums that make each gradient (quabla/transforms/vjp.py)
-    and a penalty on the parameters (reductions computed from inputs and constants alone).
-    A loss term an edit adds (an L2 penalty) is such a tail: the rest of the program keeps
-    its statements, scratch slots and so its compiled parts (numba_cpu/parts.py)."""
+def tail_phases(graph):
+    """The nodes scheduled last, by phase: 1 for the tail, what reaches the outputs through
+    elementwise and scalar arithmetic alone (the sums that make each gradient,
+    quabla/transforms/vjp.py); 2 for the part of it computed from inputs and constants
+    alone (reductions included: a penalty on the parameters) and what reads that. A term an
+    edit adds that only the outputs need (an L2 penalty, its gradient) falls in phase 2: the
+    statements before it keep their names and scratch slots, and so their compiled parts
+    (numba_cpu/parts.py)."""
     nodes = graph.nodes
     from_inputs = set()  # nodes computed from inputs and constants alone
     for nid, node in enumerate(nodes):
@@ -191,15 +192,23 @@ def tail_nodes(graph):
                 and (_fusible_or_scalar(node) or node.op == "constant") \
                 and (kind(node) != "reduction" or nid in from_inputs):
             tail.add(nid)
-    return tail
+    phase = {}
+    for nid in sorted(tail):
+        node = nodes[nid]
+        if node.op != "constant":
+            phase[nid] = 2 if nid in from_inputs or any(
+                phase.get(o) == 2 for o in node.operands) else 1
+    for nid in tail - set(phase):  # a constant: in the first phase that reads it
+        phase[nid] = min((phase[r] for r in readers.get(nid, ())), default=2)
+    return phase
 
 
 def tail_last(graph):
-    """``graph`` with its nodes numbered as ``schedule`` takes them, the tail (``tail_nodes``)
-    last: the generated code names values by node, so the rest of an edited program keeps
-    its names as well as its statements."""
-    tail = tail_nodes(graph)
-    order = [nid for nid in range(len(graph.nodes)) if nid not in tail] + sorted(tail)
+    """``graph`` with its nodes numbered as ``schedule`` takes them, the tail's phases
+    (``tail_phases``) last: the generated code names values by node, so the rest of an edited
+    program keeps its names as well as its statements."""
+    phase = tail_phases(graph)
+    order = sorted(range(len(graph.nodes)), key=lambda n: (phase.get(n, 0), n))
     if order == list(range(len(order))):
         return graph
     new = {old: k for k, old in enumerate(order)}
@@ -275,13 +284,14 @@ def _cheap(node):
     return PRIMITIVES[node.op].cheap(node.kw)
 
 
-def _rematerialize(graph, statements, plan, tail):
+def _rematerialize(graph, statements, plan, phase):
     """Stop storing cheap members that only later loop nests read: each reader group computes
     them again (they become ``clones`` there, with the cheap, unstored members they are made
     of), from stored values. Decided value by value in program order, when the readers' loops
     together load no more arrays of their full size than the store and loads it saves: at most
     one more than the number of reader groups. Members that nothing reads any more are dropped
-    from their group. What the ``tail`` reads stays stored: the rest does not depend on it."""
+    from their group. What a later ``phase`` of the tail reads stays stored: what comes
+    before does not depend on it."""
     nodes = graph.nodes
     outputs = set(graph.outputs)
     consumers = {}
@@ -345,7 +355,7 @@ def _rematerialize(graph, statements, plan, tail):
             for c in consumers.get(m, ()):
                 h = home.get(c)
                 if kind(nodes[c]) == "index_map" or not isinstance(h, Group) \
-                        or c not in h.member_set or (c in tail and m not in tail):
+                        or c not in h.member_set or phase.get(c, 0) > phase.get(m, 0):
                     break
                 if h is not stmt and h not in readers:
                     readers.append(h)
@@ -408,17 +418,17 @@ def _tile_rows(extent, row_bytes):
     return None
 
 
-def _tile(graph, statements, plan, tail):
+def _tile(graph, statements, plan, phase):
     """Runs the statements over the rows of one leading axis in tiles (``TileBegin``/``TileEnd``
     around them) when that axis is a batch axis: every row-wise statement computes row i of
     its result from row i of the others. Such statements are the groups whose shape leads with
     that extent, reshapes that keep it, products of a row-wise left operand by a matrix computed
     before the loop, and reductions and products that sum over it (accumulated across tiles,
     row by row in order, so sums come out as without tiles). Statements before the loop are
-    those that read nothing computed in it, but for the ``tail``'s (``tail_nodes``: they
-    stay last); statements after it read its results. If a row-wise statement needs one of
-    those, or a product meets a matrix too large to stay in cache across tiles, nothing is
-    tiled."""
+    those that read nothing computed in it, but for the tail's (``phase``, from
+    ``tail_phases``: it stays last); statements after it read its results. If a row-wise
+    statement needs one of those, or a product meets a matrix too large to stay in cache
+    across tiles, nothing is tiled."""
     nodes = graph.nodes
     groups = [st for st in statements if isinstance(st, Group) and st.shape]
     if not groups:
@@ -478,7 +488,8 @@ def _tile(graph, statements, plan, tail):
     # the rows, ...): then it runs before the loop, in full, and the loop is planned again.
     ahead = set()
     for _ in range(len(statements)):
-        planned = _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, tail)
+        planned = _plan_tiles(graph, statements, extent, tile, reads, producer, ahead,
+                              phase)
         if not isinstance(planned, set):
             return planned
         if not planned or planned <= ahead:
@@ -487,7 +498,7 @@ def _tile(graph, statements, plan, tail):
     return statements
 
 
-def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, tail):
+def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, phase):
     """The statements with the tile loop, or the statements that would have to run ahead of
     it for it to exist (an empty set: no loop)."""
     nodes = graph.nodes
@@ -528,7 +539,7 @@ def _plan_tiles(graph, statements, extent, tile, reads, producer, ahead, tail):
                 return blocking  # would be row-wise if those ran ahead of the loop
             after.append(st)
             late |= set(st.members) if isinstance(st, Group) else {st.nid}
-        elif (st.nid if isinstance(st, Single) else st.members[0]) in tail:
+        elif (st.nid if isinstance(st, Single) else st.members[0]) in phase:
             after.append(st)  # the tail stays last
             late |= set(st.members) if isinstance(st, Group) else {st.nid}
         else:

@@ -14,7 +14,7 @@ from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
 from ..loopnest.schedule import (Group, Single, TileBegin, TileEnd, kind, last_uses, schedule,
-                                 tail_nodes)
+                                 tail_phases)
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
 from .source import ZERO_BITS, flat_index, node_id
@@ -27,16 +27,17 @@ __all__ = ["Emitter", "Renumbered"]
 
 # Sub-graphs' node ids start at a multiple of this (``Emitter.numbered``).
 REGION_IDS = 4096
-# A result of at most this many elements that the statements before the tail compute
-# (schedule.tail_nodes) is copied into place at the end, not computed there.
+# A result of at most this many elements computed before the tail's last phase
+# (schedule.tail_phases) is copied into place at the end, not computed there.
 HELD_ELEMENTS = 4096
 
 
-def _held(graph, tail):
-    """The small results computed before the ``tail``: in scratch, then copied (``run``). A
-    term an edit adds to one (an L2 penalty on a gradient) then changes the tail alone, not
-    the statement that computes it (a result is written where it is computed)."""
-    return {o for o in graph.outputs if o not in tail and graph.nodes[o].op != "input"
+def _held(graph, phase):
+    """The small results computed before the tail's last ``phase``: in scratch, then copied
+    (``run``). A term an edit adds to one (an L2 penalty on a gradient) then changes the last
+    phase alone, not the statement that computes it (a result is written where it is
+    computed)."""
+    return {o for o in graph.outputs if phase.get(o, 0) < 2 and graph.nodes[o].op != "input"
             and math.prod(graph.nodes[o].shape) <= HELD_ELEMENTS}
 
 
@@ -52,9 +53,12 @@ class Emitter:
         self.code = parent.code if parent else Code()  # the statements, shared with children
         self.targets = targets
         self.results = {}    # output node -> the index of the first result it is
-        self.tail = set() if parent else tail_nodes(graph)
-        self.tail_item = None  # the index of the first top-level item of the tail, if any
-        held = set() if parent else _held(graph, self.tail)
+        self.entry = parent is None  # the entry's own graph, not a region's
+        self.phase = tail_phases(graph) if self.entry else {}
+        # the index of the first top-level item of each phase (0: before the tail, 1, 2: the
+        # tail's; the last begins with the copies of the results at the latest)
+        self.phase_items = {}
+        held = _held(graph, self.phase) if self.entry else set()
         for k, o in enumerate(graph.outputs):
             if o not in held:
                 self.results.setdefault(o, k)
@@ -114,10 +118,10 @@ class Emitter:
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
-            if self.tail_item is None and self.tail and self.tile is None and (
-                    stmt.nid in self.tail if isinstance(stmt, Single) else
-                    isinstance(stmt, Group) and self.tail.issuperset(stmt.members)):
-                self.tail_item = len(self.code.items)
+            if self.entry and self.tile is None and not isinstance(stmt, TileEnd):
+                now = self.phase.get(stmt.nid if isinstance(stmt, Single) else
+                                     stmt.members[0] if isinstance(stmt, Group) else None, 0)
+                self.phase_items.setdefault(now, len(self.code.items))
             if isinstance(stmt, Group):
                 emit_group(self, stmt)
             elif isinstance(stmt, TileBegin):
@@ -131,6 +135,8 @@ class Emitter:
                 self.single(stmt.nid)
             self.plan.release(k)
         self.now = len(statements)
+        if self.entry:
+            self.phase_items.setdefault(2, len(self.code.items))
         for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
             node, var = graph.nodes[o], f"v{o}"
             if node.shape == ():

@@ -27,6 +27,8 @@ from .statements import Block, render
 
 __all__ = ["PART_LINES", "split"]
 
+# How many statements later a cut is tried where what follows it cannot be handed over.
+SHIFTS = 4
 # Rendered lines per part, about; an entry below twice this is not cut (a part costs Numba
 # ~30 ms of its own, and a cut a store and a load per value crossing it).
 PART_LINES = 160
@@ -41,14 +43,16 @@ def split(e, graph, items, part_lines=None):
     lengths = [len(render([item])) for item in items]
     if sum(lengths) < 2 * size:
         return [items]
-    tail = e.tail_item if e.tail_item and e.tail_item < len(items) else None
-    cuts = [k for k in _candidate_cuts(items, lengths, size, tail) if not _continues(items[k])]
+    phases = sorted(k for phase, k in e.phase_items.items() if phase and 0 < k < len(items))
+    cuts = [k for k in _candidate_cuts(items, lengths, size, phases) if not _continues(items[k])]
+    first = {k: k for k in cuts}  # where each cut was chosen
     while True:
         handover = Handover(e, graph)
         bounds = list(zip([0] + cuts, cuts + [len(items)]))
         intros, failed = [], None
         for k, (a, b) in enumerate(bounds):
-            intro = [] if k == 0 else handover.take_over(items[a:b])
+            intro = [] if k == 0 else handover.take_over(
+                items[a:b], late=bool(phases) and a >= phases[0])
             if intro is None:
                 failed = k
                 break
@@ -56,7 +60,14 @@ def split(e, graph, items, part_lines=None):
             handover.add(items[a:b])
         if failed is None:
             break
-        cuts.pop(failed - 1)  # that part joins the one before it
+        cut = cuts[failed - 1]
+        end = cuts[failed] if failed < len(cuts) else len(items)
+        if cut not in phases and cut + 1 < end and cut + 1 - first[cut] <= SHIFTS \
+                and not _continues(items[cut + 1]):
+            cuts[failed - 1] = cut + 1  # one statement later (after a loop's copies out)
+            first[cut + 1] = first.pop(cut)
+        else:
+            cuts.pop(failed - 1)  # that part joins the one before it
         if not cuts:
             return [items]
     handover.allocate()
@@ -69,25 +80,24 @@ def _continues(item):
     return isinstance(item, Block) and item.header.startswith(("elif", "else"))
 
 
-def _candidate_cuts(items, lengths, size, tail=None):
+def _candidate_cuts(items, lengths, size, phases=()):
     """Where to cut: after a statement whose text (``_canonical``) hashes to 0 mod 4 once a
     part has half of ``size`` lines, and after any statement once it has twice ``size``; none
     that would leave the last part under half. Cuts chosen by content fall at the same
-    statements in an edited program as in the original. Before item ``tail`` (the first of
-    the schedule's tail, which an added loss term changes) there is always a cut, and none
-    in the half part before it."""
+    statements in an edited program as in the original. Before each item of ``phases`` (the
+    first of each phase of the schedule's tail, which an added loss term changes) there is
+    always a cut, and none in the half part before it."""
     cuts, run, left = [], 0, sum(lengths)
     for k, (item, n) in enumerate(zip(items, lengths)):
-        if k == tail:
+        if k in phases:
             if cuts and sum(lengths[cuts[-1]:k]) < size // 2:
                 cuts.pop()
-            if k:
-                cuts.append(k)
+            cuts.append(k)
             run = 0
         run += n
         left -= n
         if left < size // 2:
-            if tail is not None and k < tail:
+            if phases and k < phases[-1]:
                 continue
             break
         if run >= 2 * size or (run >= size // 2 and _marks_a_cut(item)):

@@ -193,6 +193,7 @@ class Handover:
         self.before = []                 # the statements before, in order
         self.top, self.rebound = {}, set()  # names bound once at the top level; otherwise
         self.spills = {}
+        self.late = set()  # spilled values first read by the tail (``take_over``'s ``late``)
 
     def add(self, items):
         """``items`` now come before the parts still to hand over to."""
@@ -203,8 +204,9 @@ class Handover:
             else:
                 self.rebound |= assigned([item])
 
-    def take_over(self, block):
-        """The statements that give ``block`` what it reads from before (None: cannot)."""
+    def take_over(self, block, late=False):
+        """The statements that give ``block`` what it reads from before (None: cannot);
+        ``late``: it is a part of the schedule's tail."""
         defined = set(self.top) | self.rebound
         replay, spills = {}, {}
         needed, todo = set(), sorted(exposed(block) & defined)
@@ -227,14 +229,18 @@ class Handover:
             else:
                 return None
         self.spills.update(spills)
+        if late:
+            self.late.update(spills)
         chosen = {id(replay[n]) for n in needed if n in replay}
         return ([item for item in self.before if id(item) in chosen]
                 + [Assign(n, f"sp{n}[0]") for n in sorted(needed) if n in self.spills])
 
     def allocate(self):
         """A slot of shared scratch for each spilled value (once the parts are settled), in
-        the order of their nodes: an edit that adds later nodes moves no earlier slot."""
-        for name, dtype in sorted(self.spills.items(), key=lambda item: int(item[0][1:])):
+        the order of their nodes, those first read by the tail last: an edit that adds to the
+        tail moves no slot of a value the rest reads."""
+        for name, dtype in sorted(self.spills.items(),
+                                  key=lambda item: (item[0] in self.late, int(item[0][1:]))):
             self.e.slots.append((f"sp{name}", dtype, self.e.plan.append(dtype, 1), (1,)))
 
     def stores(self, items):
