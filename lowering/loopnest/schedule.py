@@ -127,12 +127,14 @@ class _Plan:
         return -1 if stmt is None else self.pos(stmt) + 1
 
 
-def schedule(graph):
-    """Returns the statements in execution order."""
+def schedule(graph, tail=True):
+    """Returns the statements in execution order; with ``tail`` (a CPU entry's graph, cut
+    into parts when long) the tail last (``tail_phases``). A region's body, whose statements
+    all run in its loop, and a CUDA program, compiled whole, fuse as they can."""
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
-    phase = tail_phases(graph)
+    phase = tail_phases(graph) if tail else {}
     current, start = 0, 0  # the phase being scheduled, where its statements begin
     for nid in sorted(range(len(nodes)), key=lambda n: (phase.get(n, 0), n)):
         node = nodes[nid]

@@ -114,7 +114,7 @@ class Emitter:
         graph = self.graph
         for nid in graph.inputs:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
-        statements = schedule(graph)
+        statements = schedule(graph, tail=self.entry)
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
