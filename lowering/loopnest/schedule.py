@@ -127,14 +127,15 @@ class _Plan:
         return -1 if stmt is None else self.pos(stmt) + 1
 
 
-def schedule(graph, tail=True):
-    """Returns the statements in execution order; with ``tail`` (a CPU entry's graph, cut
-    into parts when long) the tail last (``tail_phases``). A region's body, whose statements
-    all run in its loop, and a CUDA program, compiled whole, fuse as they can."""
+def schedule(graph, phase=None):
+    """Returns the statements in execution order, the tail's ``phase``s last (``tail_phases``,
+    computed when None: a CPU entry's graph, cut into parts when long). ``{}`` schedules
+    nothing apart: a region's body, whose statements all run in its loop, and a CUDA program,
+    compiled whole, fuse as they can."""
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
-    phase = tail_phases(graph) if tail else {}
+    phase = tail_phases(graph) if phase is None else phase
     current, start = 0, 0  # the phase being scheduled, where its statements begin
     for nid in sorted(range(len(nodes)), key=lambda n: (phase.get(n, 0), n)):
         node = nodes[nid]
@@ -206,19 +207,20 @@ def tail_phases(graph):
 
 
 def tail_last(graph):
-    """``graph`` with its nodes numbered as ``schedule`` takes them, the tail's phases
-    (``tail_phases``) last: the generated code names values by node, so the rest of an edited
-    program keeps its names as well as its statements."""
+    """``(graph, phase)``: ``graph`` with its nodes numbered as ``schedule`` takes them, the
+    tail's phases (``tail_phases``, renumbered too) last: the generated code names values by
+    node, so the rest of an edited program keeps its names as well as its statements."""
     phase = tail_phases(graph)
     order = sorted(range(len(graph.nodes)), key=lambda n: (phase.get(n, 0), n))
     if order == list(range(len(order))):
-        return graph
+        return graph, phase
     new = {old: k for k, old in enumerate(order)}
+    phase = {new[old]: p for old, p in phase.items()}
     nodes = [graph.nodes[old] for old in order]
     nodes = [Node(n.op, tuple(new[o] for o in n.operands), n.params, n.shape, n.dtype, n.weak)
              for n in nodes]
     return Graph(nodes, [new[i] for i in graph.inputs], [new[o] for o in graph.outputs],
-                 graph.input_names)
+                 graph.input_names), phase
 
 
 def _fusible_or_scalar(node):

@@ -65,12 +65,12 @@ def generate(graph, n_threads=1, part_lines=None):
     called once, else the control rows of a threaded entry's calls (``passes.phased``):
     ``[before the loop]``, one per thread, ``[after it]``; the first number of a row is
     the phase whose part it runs."""
-    graph = tail_last(graph)
+    graph, phase = tail_last(graph)
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
     targets = [argument(n_in + k, nodes[o].dtype) + "[0]" if nodes[o].shape == () else f"r{k}"
                for k, o in enumerate(graph.outputs)]
-    e = Emitter(graph, targets)
+    e = Emitter(graph, targets, phase=phase)
     e.threads = n_threads
     e.run()
     prologue = []

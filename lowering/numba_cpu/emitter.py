@@ -13,8 +13,7 @@ import math
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
-from ..loopnest.schedule import (Group, Single, TileBegin, TileEnd, kind, last_uses, schedule,
-                                 tail_phases)
+from ..loopnest.schedule import Group, Single, TileBegin, TileEnd, kind, last_uses, schedule
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
 from .source import ZERO_BITS, flat_index, node_id
@@ -45,16 +44,17 @@ class Emitter:
     """Emits the statements of ``graph`` (the entry's, or a region's sub-graph inside its loop
     or branch: ``parent`` is then the emitter of the enclosing graph, whose lines, constants
     and node numbering it shares). Output k is stored to ``targets[k]``: an array variable, or
-    for a 0-d output an assignable expression."""
+    for a 0-d output an assignable expression. ``phase``: the entry's tail
+    (``schedule.tail_last``), scheduled last."""
 
-    def __init__(self, graph, targets, parent=None):
+    def __init__(self, graph, targets, parent=None, phase=None):
         self.graph = graph
         self.nodes = graph.nodes
         self.code = parent.code if parent else Code()  # the statements, shared with children
         self.targets = targets
         self.results = {}    # output node -> the index of the first result it is
         self.entry = parent is None  # the entry's own graph, not a region's
-        self.phase = tail_phases(graph) if self.entry else {}
+        self.phase = (phase or {}) if self.entry else {}  # node -> its phase of the tail
         # the index of the first top-level item of each phase (0: before the tail, 1, 2: the
         # tail's; the last begins with the copies of the results at the latest)
         self.phase_items = {}
@@ -114,7 +114,7 @@ class Emitter:
         graph = self.graph
         for nid in graph.inputs:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
-        statements = schedule(graph, tail=self.entry)
+        statements = schedule(graph, self.phase)
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k

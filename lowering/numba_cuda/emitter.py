@@ -258,4 +258,4 @@ class Emitter:
 
 def device_statements(graph):
     """The schedule without its tile loops (see the module docstring)."""
-    return [s for s in schedule(graph, tail=False) if isinstance(s, (Group, Single))]
+    return [s for s in schedule(graph, {}) if isinstance(s, (Group, Single))]
