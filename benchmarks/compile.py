@@ -128,7 +128,7 @@ class Phases:
         self.wrap(JITCodeLibrary, "_finalize_specific", "llvm codegen")
         # an entry's LLVM work (target.Entry), on this thread so that phases do not overlap
         target.LLVM_THREAD = False
-        self.wrap(target, "_optimise", "llvm optimisation")
+        self.wrap(target, "optimise", "llvm optimisation")
         self.wrap(target, "_emit", "llvm codegen")
         passes = {"nopython_type_inference": "numba typing", "native_lowering": "numba lowering"}
         phases = self

@@ -15,16 +15,20 @@ ones.
 Its code generator optimises an entry once: Numba's runs LLVM's function pipeline on each
 function, then a cheap module pipeline (to inline reference counting for its pruner), then
 the full one; an entry without reference counts needs the last alone (the same results bit
-for bit, steps within noise, ~0.1 s less for the MLP PINN's entry). Numba's reference-counting
-runtime, which entries that make ``carray`` views link, stays the CPU target's: the process
-has one, which the user's own Numba code links too.
+for bit, steps within noise, ~0.1 s less for the MLP PINN's entry). It leaves LLVM's loop
+unroller out for entries: their loops are vectorised and interleaved but not unrolled, which
+takes 10-45% off LLVM's time on an entry, steps within noise (docs/compile-time.md); the
+kernels (``kernel``, and those written in LLVM IR: ``compile_module``) keep it. Numba's
+reference-counting runtime, which entries that make ``carray`` views link, stays the CPU
+target's: the process has one, which the user's own Numba code links too.
 """
 
 import functools
 import threading
 from types import BuiltinFunctionType
 
-from numba.core import codegen, compiler, cpu, intrinsics, types
+import llvmlite.binding as llvm
+from numba.core import codegen, compiler, config, cpu, intrinsics, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.datamodel import models, register_default
 from numba.core.decorators import jit
@@ -34,7 +38,7 @@ from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry,
                                          target_registry)
 from numba.core.typing.context import Context
 
-__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module", "ready"]
+__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module", "optimise", "ready"]
 
 NAME = "quabla_cpu"
 # LLVM's optimisation level for entries and kernels: O3 (Numba's default) unrolls more and
@@ -114,6 +118,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
     """The machine code of an entry (or a kernel), optimised as the module docstring says."""
 
     _REFERENCE_COUNTS = ("NRT_incref", "NRT_decref")
+    unroll = True  # a kernel's loops are unrolled; an entry's are not (``Entry``)
 
     def _optimize_functions(self, ll_module):
         pass  # the module pipeline below runs the same passes on every function
@@ -122,8 +127,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
         module = self._final_module
         if any(f.name in self._REFERENCE_COUNTS for f in module.functions):
             return super()._optimize_final_module()  # a kernel: Numba's pruning pipeline
-        manager, builder = self._codegen._module_pass_manager()
-        manager.run(module, builder)
+        optimise(self._codegen, module, unroll=self.unroll)
 
 
 class _Codegen(codegen.JITCPUCodegen):
@@ -133,8 +137,16 @@ class _Codegen(codegen.JITCPUCodegen):
         super()._customize_tm_options(options)
         options["opt"] = OPTIMISATION_LEVEL
 
-    def _pass_builder(self, **kwargs):
-        return super()._pass_builder(**dict(kwargs, opt=OPTIMISATION_LEVEL))
+    def _pass_builder(self, opt=None, loop_vectorize=None, slp_vectorize=None, unroll=True):
+        """Numba's pass builder at ``OPTIMISATION_LEVEL``, with LLVM's loop unroller only
+        where ``unroll`` asks for it."""
+        options = llvm.create_pipeline_tuning_options(speed_level=OPTIMISATION_LEVEL)
+        options.loop_vectorization = bool(
+            config.LOOP_VECTORIZE if loop_vectorize is None else loop_vectorize)
+        options.slp_vectorization = bool(
+            config.SLP_VECTORIZE if slp_vectorize is None else slp_vectorize)
+        options.loop_unrolling = unroll
+        return llvm.create_pass_builder(self._tm, options)
 
 
 class _Lowering(cpu.CPUContext):
@@ -227,6 +239,7 @@ class Entry:
         self.library = library
         self.native_name = native_name
         self._result = None
+        library.unroll = False
         if nrt or library._linking_libraries:
             library.get_pointer_to_function(native_name)  # Numba's finalize, into its engine
             self._result = library._get_compiled_object(), _externals(library._final_module)
@@ -265,16 +278,16 @@ def _externals(module):
                   if g.is_declaration and not g.name.startswith("llvm."))
 
 
-def _object(codegen, module, slp=False):
+def _object(codegen, module, slp=False, unroll=False):
     """The object code of LLVM ``module`` after this target's module pipeline."""
-    _optimise(codegen, module, slp)
+    optimise(codegen, module, slp, unroll)
     return _emit(codegen, module)
 
 
-def _optimise(codegen, module, slp):
+def optimise(codegen, module, slp=False, unroll=False):
     """This target's module pipeline on ``module``; ``slp`` turns on LLVM's SLP vectoriser,
-    which Numba leaves off."""
-    manager, builder = codegen._module_pass_manager(slp_vectorize=slp)
+    which Numba leaves off, and ``unroll`` its loop unroller, which entries leave off."""
+    manager, builder = codegen._module_pass_manager(slp_vectorize=slp, unroll=unroll)
     manager.run(module, builder)
 
 
@@ -312,9 +325,8 @@ def ready():
 
 def compile_module(text, slp=False):
     """The object code of the LLVM IR module ``text`` (external.py's kernels, written in IR:
-    no Numba front end) optimised and compiled as an entry is, for this target's machine."""
-    import llvmlite.binding as llvm
-
+    no Numba front end) optimised (its loops unrolled) and compiled for this target's
+    machine."""
     module = llvm.parse_assembly(text)
     module.verify()
-    return _object(ready(), module, slp)
+    return _object(ready(), module, slp, unroll=True)
