@@ -186,6 +186,41 @@ def test_a_part_can_begin_after_a_loop_that_swaps_its_carries(small_parts, loop)
             np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
+def test_forked_copies_take_shares_of_about_equal_lines(monkeypatch):
+    """Missing parts are shared among forked copies by their lines, longest first (one long
+    part takes a share alone), and what the copies compile is what the parent links: two
+    parts compiled by two processes give the interpreter's results."""
+    import lowering.numba_cpu as cpu
+
+    part = lambda n: (f"key{n}", "\n" * n)  # noqa: E731
+    shares = cpu._shares([part(83), part(356), part(1137), part(15)], 2)
+    assert [[key for key, _ in share] for share in shares] == [
+        ["key1137"], ["key356", "key83", "key15"]]
+    assert sorted(sum(len(s) for _, s in share) for share in cpu._shares(
+        [part(n) for n in (30, 244, 97, 20)], 2)) == [147, 244]
+
+    monkeypatch.setattr(cpu.threads, "count", lambda: 2)
+    monkeypatch.setattr(parts, "PART_LINES", 12)
+    compiled_here = []
+    original = cpu._compile
+    monkeypatch.setattr(cpu, "_compile",
+                        lambda key, *a: compiled_here.append(key) or original(key, *a))
+    rng = np.random.default_rng(11)
+    x = qb.array(rng.normal(size=(5, 4)))
+    salt = 1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41  # never cached
+    fn = qb.jit(lambda x: qb.sum(qb.sin(x @ x.T * salt) ** 2) + qb.sum(qb.exp(-x * x * salt)))
+    graph = fn.lower(x).graph
+    missing = [source for source in module_source(graph)[0]
+               if cache.read_object(cache.entry_key(source)) is None]
+    result = fn(x)
+    expected = evaluate(graph, [np.asarray(x)])
+    np.testing.assert_allclose(np.asarray(result), expected[0], rtol=1e-12)
+    assert len(missing) >= 2
+    if sys.platform.startswith("linux") and "mpi4py.MPI" not in sys.modules:  # (no fork in MPI)
+        # a copy compiled what the parent did not
+        assert 0 < len(compiled_here) < len(missing), (len(missing), compiled_here)
+
+
 def test_a_tampered_part_is_compiled_again(small_parts):
     case = WHOLE_PROGRAMS["pinn-value_and_grad"]
     graph = qb.jit(case.fn).lower(*case.args).graph

@@ -355,24 +355,37 @@ def compile_graph(graph, options):
                            sources, phases)
 
 
-# Parts worth a compiling process of their own, and how long the parent waits for one (then it
-# compiles what is missing itself).
-PARALLEL_PARTS = 4
+# Missing parts worth compiling processes of their own (two: with three or fewer parts, the
+# 2-core corpus's poisson_cg and train_adam compile 10-25% sooner; docs/compile-time.md), and
+# how long the parent waits for one (then it compiles what is missing itself).
+PARALLEL_PARTS = 2
 WORKER_TIMEOUT = 600.0
+
+
+def _shares(todo, workers):
+    """``todo`` in ``workers`` shares of about equal lines, longest parts placed first (each
+    in the share with the fewest lines so far): a part's compile time grows with its lines,
+    and one long part (an ODE's adjoint loop) takes a share alone."""
+    shares, lines = [[] for _ in range(workers)], [0] * workers
+    for part in sorted(todo, key=lambda part: -part[1].count("\n")):
+        k = lines.index(min(lines))
+        shares[k].append(part)
+        lines[k] += part[1].count("\n")
+    return shares
 
 
 def _compile_in_parallel(todo):
     """Compiles the parts ``todo`` (``(key, source)`` pairs not in the cache) into the cache,
     shared among this process and forked copies of it, one per core of ``threads.count()``
     beyond the first (Linux, outside MPI jobs; a fork shares Numba's warm state, which a new
-    process would pay for again). A copy that fails or hangs costs nothing but time: whatever is missing from
-    the cache afterwards, ``load_or_compile`` compiles in this process."""
-    workers = min(threads.count(), len(todo) // 2) if len(todo) >= PARALLEL_PARTS else 1
+    process would pay for again). A copy that fails or hangs costs nothing but time: whatever
+    is missing from the cache afterwards, ``load_or_compile`` compiles in this process."""
+    workers = min(threads.count(), len(todo)) if len(todo) >= PARALLEL_PARTS else 1
     if workers < 2 or not sys.platform.startswith("linux") or "mpi4py.MPI" in sys.modules:
         return  # (an MPI process must not fork: its library may hold registered memory)
     for _, source in todo:
         external.ensure(source)  # once, before the copies
-    shares = [todo[k::workers] for k in range(workers)]  # (parts are about equally long)
+    shares = _shares(todo, workers)
     children = []
     for share in shares[1:]:
         pid = os.fork()
