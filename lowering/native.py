@@ -1,7 +1,7 @@
 """Native entries without Numba: the calling convention and the object-code loader.
 
 A compiled entry is a C function ``void entry(PyObject *args)`` whose one argument is a tuple of
-NumPy arrays (inputs, results, constants, scratch buffers). It reads each array's data pointer
+NumPy arrays (inputs, results, scratch buffers, constants). It reads each array's data pointer
 straight from the array object, so a call through ``ctypes`` costs one tuple and one foreign
 call, with no per-array conversion. Its machine code is an object file that llvmlite's MCJIT
 links into this process, so a process that finds the object in the compile cache runs it

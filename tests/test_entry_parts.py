@@ -99,9 +99,9 @@ def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts,
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
-def _penalised(penalty):
+def _penalised(penalty, weight=1e-3):
     """A batch MLP's loss at two sets of points (each weight is used twice), with ``penalty``
-    (a term computed from the parameters alone) added unless None."""
+    (a term computed from the parameters alone) times ``weight`` added unless None."""
     def net(ws, x):
         for w in ws[:-1]:
             x = qb.tanh(x @ w)
@@ -109,7 +109,7 @@ def _penalised(penalty):
 
     def loss(ws, x):
         out = qb.mean(net(ws, x) ** 2) + qb.mean((net(ws, 0.5 * x[:8]) - 1.0) ** 2)
-        return out if penalty is None else out + 1e-3 * sum(penalty(w) for w in ws)
+        return out if penalty is None else out + weight * sum(penalty(w) for w in ws)
     return loss
 
 
@@ -145,13 +145,50 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
     ws = [qb.array(rng.normal(size=shape)) for shape in [(3, 8), (8, 8), (8, 1)]]
     x = qb.array(rng.normal(size=(24, 3)))
     qb.jit(qb.value_and_grad(_penalised(None)))(ws, x)
-    edited = qb.jit(qb.value_and_grad(_penalised(penalty)))
+    weight = 1e-3 * (1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41)
+    edited = qb.jit(qb.value_and_grad(_penalised(penalty, weight)))  # (its tail never cached)
     before = len(compiled)
     first, again = edited(ws, x), edited(ws, x)
     (body, _, _), (edited_body, n_parts, tail_part) = cuts
     assert edited_body == body
     assert 0 < len(compiled) - before <= n_parts - tail_part < n_parts, (compiled, n_parts)
     graph = edited.lower(ws, x).graph
+    expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
+    for result in (first, again):
+        for ours, theirs in zip(qb.tree.leaves(result), expected):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+
+
+def test_a_short_entry_recompiles_only_its_tail_for_a_term_with_new_data(monkeypatch):
+    """An entry too short to cut (under ``2 * PART_LINES``) is still cut before its tail, and
+    the constants come last in the argument tuple: a term with data of its own (a constant
+    array the original lacks) changes the tail's part alone. The edited program compiles one
+    part of its two and gives the interpreter's results, called twice."""
+    import lowering.numba_cpu as cpu
+
+    monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
+    compiled = []
+    original = cpu._compile
+    monkeypatch.setattr(cpu, "_compile", lambda key, *a: compiled.append(key) or original(key, *a))
+    rng = np.random.default_rng(3)
+    ws = [qb.array(rng.normal(size=shape)) for shape in [(4, 6), (6, 1)]]
+    x, target = qb.array(rng.normal(size=(10, 4))), rng.normal(size=(4, 6))
+    weight = 0.01 * (1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41)
+
+    def loss(ws, x):
+        return qb.mean((qb.tanh(x @ ws[0]) @ ws[1]) ** 2)
+
+    def edited_loss(ws, x):
+        return loss(ws, x) + weight * qb.sum((ws[0] - target) ** 2)  # (its tail never cached)
+
+    qb.jit(qb.value_and_grad(loss))(ws, x)
+    edited = qb.jit(qb.value_and_grad(edited_loss))
+    graph = edited.lower(ws, x).graph
+    sources = module_source(graph)[0]
+    assert len(sources) == 2 and sum(s.count("\n") for s in sources) < 2 * parts.PART_LINES
+    before = len(compiled)
+    first, again = edited(ws, x), edited(ws, x)
+    assert len(compiled) - before == 1
     expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
     for result in (first, again):
         for ours, theirs in zip(qb.tree.leaves(result), expected):
@@ -219,6 +256,25 @@ def test_forked_copies_take_shares_of_about_equal_lines(monkeypatch):
     if sys.platform.startswith("linux") and "mpi4py.MPI" not in sys.modules:  # (no fork in MPI)
         # a copy compiled what the parent did not
         assert 0 < len(compiled_here) < len(missing), (len(missing), compiled_here)
+
+
+def test_no_copies_while_another_thread_compiles(monkeypatch):
+    """A fork while another thread is inside a compile would copy its half-changed state:
+    then this thread compiles every part itself."""
+    import lowering.numba_cpu as cpu
+
+    monkeypatch.setattr(cpu.threads, "count", lambda: 2)
+    monkeypatch.setattr(parts, "PART_LINES", 12)
+    monkeypatch.setattr(cpu.os, "fork", lambda: pytest.fail("forked"))
+    x = qb.array(np.random.default_rng(2).normal(size=(5, 4)))
+    salt = 1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41  # never cached
+    fn = qb.jit(lambda x: qb.sum(qb.cos(x @ x.T * salt) ** 2) + qb.sum(qb.exp(-x * x * salt)))
+    graph = fn.lower(x).graph
+    assert len(module_source(graph)[0]) >= 2 and load_cached(graph) is None
+    with cpu._IN_FLIGHT:  # another thread's compile
+        result = fn(x)
+    np.testing.assert_allclose(np.asarray(result), evaluate(graph, [np.asarray(x)])[0],
+                               rtol=1e-12)
 
 
 def test_a_tampered_part_is_compiled_again(small_parts):
@@ -353,7 +409,7 @@ def test_llvm_on_its_own_thread_makes_the_same_object(tmp_path):
         rng = np.random.default_rng(3)
         f = lambda x, w: qb.sum(qb.tanh(x @ w) ** 2)
         args = rng.normal(size=(9, 5)), rng.normal(size=(5, 4))
-        (source,) = module_source(qb.jit(qb.grad(f, 1)).lower(*args).graph)[0]
+        source = module_source(qb.jit(qb.grad(f, 1)).lower(*args).graph)[0][0]
         entry = cpu._compile(cache.entry_key(source), source, "part.py")
         print(hashlib.sha256(entry.result()[0]).hexdigest())
     """)

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import types
 
@@ -153,8 +154,8 @@ def _no_collection():
 
 class NativeExecutable:
     """The entry behind a small generated wrapper (the dispatch hot path): it allocates the
-    results, appends the constants and a set of scratch buffers to the argument tuple, and makes
-    one foreign call. Scratch sets are pooled, so concurrent calls (the entry runs without the
+    results, appends a set of scratch buffers and the constants to the argument tuple, and
+    makes one foreign call. Scratch sets are pooled, so concurrent calls (the entry runs without the
     GIL) each get their own and a sequential caller reuses one. A threaded entry is called in
     ``phases`` (passes.phased): before its tile loop, each thread's block of tiles (on the
     threads of threads.run_blocks), after it."""
@@ -176,10 +177,10 @@ class NativeExecutable:
         # ``run`` refers to nothing that refers back to it, so dropping the last reference
         # to it (a trace evicted, a function collected) frees the machine code at once
         namespace = {"fn": fn, "keep": keep, "empty": np.empty, "pool": [],
-                     "scratch": _scratch_sets(constants, buffers), "fixed": constants,
-                     "blocks": threads.run_blocks}
-        if self.phases:
-            before, each, after = ([(row,) for row in rows] for rows in self.phases)
+                     "scratch": _scratch_sets(buffers, () if self.phases else constants),
+                     "fixed": constants, "blocks": threads.run_blocks}
+        if self.phases:  # the control row, then the constants
+            before, each, after = ([(row,) + constants for row in rows] for rows in self.phases)
             namespace.update(before=before[0], each=each, after=after[0])
         lines = [f"def run({params}):"]
         for k, o in enumerate(graph.outputs):
@@ -236,12 +237,12 @@ def quick(graph):
     return True
 
 
-def _scratch_sets(constants, buffers):
-    """A maker of argument tails: the constants and a fresh set of scratch buffers, one per
-    dtype."""
+def _scratch_sets(buffers, constants):
+    """A maker of argument tails: a fresh set of scratch buffers, one per dtype, and the
+    ``constants`` after them."""
     def scratch():
-        return constants + tuple(
-            np.empty(size, np.bool_ if name == "bool" else name) for name, size in buffers)
+        return tuple(np.empty(size, np.bool_ if name == "bool" else name)
+                     for name, size in buffers) + constants
     return scratch
 
 
@@ -315,8 +316,8 @@ def _executable(graph, parts, constants, buffers, sources, phases):
     them (and sharing their code with them): one object by ``native.load``, several in one
     engine with a function calling them in order (``native.sequence``), or, for a threaded
     entry (``phases``: its control rows), the one of its phase."""
-    # a threaded entry's control row follows the inputs, results, constants and scratch
-    control = len(graph.inputs) + len(graph.outputs) + len(constants) + len(buffers)
+    # a threaded entry's control row follows the inputs, results and scratch
+    control = len(graph.inputs) + len(graph.outputs) + len(buffers)
     if len(parts) == 1:
         handle, address = native.load(*parts[0]) if len(parts[0]) == 3 else parts[0]
     else:
@@ -346,8 +347,9 @@ def load_cached(graph):
 def compile_graph(graph, options):
     keys, sources, constants, buffers, phases = _prepare(graph)
     parts = list(zip(keys, sources))
-    _compile_in_parallel([(key, source) for key, source in parts
-                          if cache.read_object(key) is None])
+    with _IN_FLIGHT:
+        _compile_in_parallel([(key, source) for key, source in parts
+                              if cache.read_object(key) is None])
     try:
         return _executable(graph, load_or_compile(parts), constants, buffers, sources, phases)
     except native.LoadError:  # a cached object without its entry (tampered): compiled again
@@ -360,6 +362,24 @@ def compile_graph(graph, options):
 # how long the parent waits for one (then it compiles what is missing itself).
 PARALLEL_PARTS = 2
 WORKER_TIMEOUT = 600.0
+
+
+class _Flights:
+    """How many threads of this process are compiling (``with _IN_FLIGHT:``)."""
+
+    def __init__(self):
+        self.count, self._lock = 0, threading.Lock()
+
+    def __enter__(self):
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self.count -= 1
+
+
+_IN_FLIGHT = _Flights()
 
 
 def _shares(todo, workers):
@@ -379,25 +399,33 @@ def _compile_in_parallel(todo):
     shared among this process and forked copies of it, one per core of ``threads.count()``
     beyond the first (Linux, outside MPI jobs; a fork shares Numba's warm state, which a new
     process would pay for again). A copy that fails or hangs costs nothing but time: whatever
-    is missing from the cache afterwards, ``load_or_compile`` compiles in this process."""
+    is missing from the cache afterwards, ``load_or_compile`` compiles in this process. It
+    forks only while no other thread compiles (Quabla's compiles counted by ``_IN_FLIGHT``,
+    anyone's Numba compile excluded by Numba's compiler lock, held meanwhile): a copy must
+    not start with another thread's compiler state half changed."""
     workers = min(threads.count(), len(todo)) if len(todo) >= PARALLEL_PARTS else 1
     if workers < 2 or not sys.platform.startswith("linux") or "mpi4py.MPI" in sys.modules:
         return  # (an MPI process must not fork: its library may hold registered memory)
+    from numba.core.compiler_lock import global_compiler_lock
+
     for _, source in todo:
         external.ensure(source)  # once, before the copies
     shares = _shares(todo, workers)
     children = []
-    for share in shares[1:]:
-        pid = os.fork()
-        if pid == 0:  # the copy: compile its share into the cache, and leave at once
-            status = 1
-            try:
-                _compile_all([(k, key, source, cache.write_source(key, source))
-                              for k, (key, source) in enumerate(share)])
-                status = 0
-            finally:
-                os._exit(status)
-        children.append(pid)
+    with global_compiler_lock:
+        if _IN_FLIGHT.count > 1:
+            return  # another thread compiles: this one compiles alone
+        for share in shares[1:]:
+            pid = os.fork()
+            if pid == 0:  # the copy: compile its share into the cache, and leave at once
+                status = 1
+                try:
+                    _compile_all([(k, key, source, cache.write_source(key, source))
+                                  for k, (key, source) in enumerate(share)])
+                    status = 0
+                finally:
+                    os._exit(status)
+            children.append(pid)
     load_or_compile(shares[0])
     deadline = time.monotonic() + WORKER_TIMEOUT
     for pid in children:

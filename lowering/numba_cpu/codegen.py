@@ -1,7 +1,9 @@
 """Generates the source of one flat Numba C entry per graph.
 
 The entry takes one tuple of arrays (see lowering/native.py): the inputs, the result arrays the
-caller allocated, the non-scalar constants and one scratch buffer per dtype, in that order.
+caller allocated, one scratch buffer per dtype (a threaded entry's: then each thread's own
+buffers and its control row) and the non-scalar constants, in that order: an edit that adds a
+constant (a term's data) moves no index a part of the original reads.
 Every array is a typed pointer to its first element, indexed with its row-major offset
 (shapes are static; ``Emitter.at``): Numba types and lowers that as a load or store, where an
 array object would cost its getitem templates, an array struct and wraparound code per index.
@@ -57,11 +59,18 @@ def _control(e, first, shared):
     return first + len(shared) + e.threads * len(private_buffers(e))
 
 
+def _first_constant(e, first, shared):
+    """The index of the first constant in the argument tuple: after the scratch buffers
+    (``first``: the first one) and a threaded entry's control row."""
+    return first + len(shared) if e.threaded is None else _control(e, first, shared) + 1
+
+
 def generate(graph, n_threads=1, part_lines=None):
     """Returns ``(bodies, constants, buffers, phases)``: the source of each part of the
     entry (``parts.split``; one for most programs, called in order; a threaded entry's three
-    phases), the constant arrays, the scratch buffers (``(dtype name, elements)`` each) that
-    follow the inputs and results in the argument tuple, and ``phases``: None for an entry
+    phases), the constant arrays (last in the argument tuple), the scratch buffers
+    (``(dtype name, elements)`` each) that follow the inputs and results in the argument
+    tuple, and ``phases``: None for an entry
     called once, else the control rows of a threaded entry's calls (``passes.phased``):
     ``[before the loop]``, one per thread, ``[after it]``; the first number of a row is
     the phase whose part it runs."""
@@ -81,11 +90,7 @@ def generate(graph, n_threads=1, part_lines=None):
     for k, o in enumerate(graph.outputs):
         if nodes[o].shape != ():
             prologue.append(Assign(f"r{k}", argument(n_in + k, nodes[o].dtype)))
-    first = n_in + n_out
-    for k, c in enumerate(e.constants):
-        dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
-        prologue.append(Assign(f"c{k}", argument(first + k, Named(dtype))))
-    first += len(e.constants)
+    first = n_in + n_out  # the first scratch buffer
     phases = None
     if e.threaded is not None:
         split = phased(e, graph, first)
@@ -94,7 +99,11 @@ def generate(graph, n_threads=1, part_lines=None):
         bodies, phases = split
     else:
         bodies = parts.split(e, graph, e.code.items, part_lines)
-    shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
+    shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))  # spill slots included
+    constant = _first_constant(e, first, shared)
+    for k, c in enumerate(e.constants):
+        dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
+        prologue.append(Assign(f"c{k}", argument(constant + k, Named(dtype))))
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
     sources = []
     for body in bodies:

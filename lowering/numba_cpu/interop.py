@@ -72,13 +72,13 @@ def numba_function(executable, name):
 
 def _caller(owned, constant_addresses, scratch, control_addresses):
     """``_call(*owned, *scratch)``: lays out the entry's argument tuple (inputs, results,
-    constants, scratch, and a threaded entry's control row) and calls it, once per control
-    row if there are any. The arrays are its arguments, so its caller keeps them alive until
+    scratch, a threaded entry's control row, and the constants) and calls it, once per
+    control row if there are any. The arrays are its arguments, so its caller keeps them alive until
     the entry returns; the one layout array is the argument of that call."""
     cell = native.ARRAY_DATA // _WORD + 1  # a stand-in array object: its data pointer, last
     head = native.TUPLE_ITEMS // _WORD     # where the tuple's item pointers start
-    pointers = ([f"{a}.ctypes.data" for a in owned] + [str(a) for a in constant_addresses]
-                + [f"{a}.ctypes.data" for a in scratch] + (["0"] if control_addresses else []))
+    pointers = ([f"{a}.ctypes.data" for a in owned] + [f"{a}.ctypes.data" for a in scratch]
+                + (["0"] if control_addresses else []) + [str(a) for a in constant_addresses])
     n = len(pointers)
     lines = [f"def _call({', '.join(owned + scratch)}):",
              f"    layout = np.zeros({head + n + n * cell}, np.intp)",
@@ -89,7 +89,8 @@ def _caller(owned, constant_addresses, scratch, control_addresses):
                   f"    layout[{item + cell - 1}] = {pointer}"]
     if not control_addresses:
         return lines + ["    entry(layout.ctypes)"]
-    control = head + n + (n - 1) * cell + cell - 1  # the data pointer of the last item
+    k = len(owned) + len(scratch)  # the control row's item: its data pointer
+    control = head + n + k * cell + cell - 1
     for address in control_addresses:
         lines += [f"    layout[{control}] = {address}", "    entry(layout.ctypes)"]
     return lines

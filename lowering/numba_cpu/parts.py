@@ -41,10 +41,14 @@ def split(e, graph, items, part_lines=None):
     no place to cut."""
     size = part_lines or PART_LINES
     lengths = [len(render([item])) for item in items]
-    if sum(lengths) < 2 * size:
-        return [items]
     phases = sorted(k for phase, k in e.phase_items.items() if phase and 0 < k < len(items))
-    cuts = [k for k in _candidate_cuts(items, lengths, size, phases) if not _continues(items[k])]
+    if sum(lengths) < 2 * size:  # a short entry: its tail alone, after a long enough head
+        if not phases or sum(lengths[:phases[0]]) < size // 4:
+            return [items]
+        cuts = [phases[0]]
+    else:
+        cuts = [k for k in _candidate_cuts(items, lengths, size, phases)
+                if not _continues(items[k])]
     first = {k: k for k in cuts}  # where each cut was chosen
     while True:
         handover = Handover(e, graph)
