@@ -29,8 +29,10 @@ __all__ = ["PART_LINES", "split"]
 
 # How many statements later a cut is tried where what follows it cannot be handed over.
 SHIFTS = 4
-# Rendered lines per part, about; an entry below twice this is not cut (a part costs Numba
-# ~30 ms of its own, and a cut a store and a load per value crossing it).
+# Rendered lines per part, about; an entry below twice this is cut only before its tail, and
+# only if at least a quarter of this comes before it (a part costs Numba ~20 ms of its own,
+# hidden where it compiles in a forked copy, and a cut a store and a load per value crossing
+# it).
 PART_LINES = 160
 
 
@@ -38,7 +40,8 @@ def split(e, graph, items, part_lines=None):
     """``items`` (an entry's top-level statements) as a list of part bodies, each with the
     statements that hand over what it reads from the parts before it first and the stores
     of what the parts after it read last; ``[items]`` for an entry too short to cut or with
-    no place to cut."""
+    no place to cut (a short entry is cut before its tail alone: an added loss term then
+    recompiles the tail's part only)."""
     size = part_lines or PART_LINES
     lengths = [len(render([item])) for item in items]
     phases = sorted(k for phase, k in e.phase_items.items() if phase and 0 < k < len(items))
