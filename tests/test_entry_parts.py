@@ -195,6 +195,26 @@ def test_a_short_entry_recompiles_only_its_tail_for_a_term_with_new_data(monkeyp
             np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
+def test_a_constant_the_edit_also_reads_keeps_its_place():
+    """The edit's term (``sum(theta ** 2)``) needs a 2 that the program reads too (the
+    derivative of ``ell ** 2``); reverse mode reaches the term first, so the trace makes the
+    2 earlier than the original did. Numbered before its first reader (``tail_last``), it
+    leaves the statements before the tail as they were: the head's part is the original's."""
+    rng = np.random.default_rng(4)
+    X, y = qb.array(rng.normal(size=(12, 3))), qb.array(rng.normal(size=12))
+
+    def loss(theta):
+        d2 = qb.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+        K = qb.exp(-0.5 * d2 / qb.exp(theta[0]) ** 2) + qb.exp(theta[1]) * qb.eye(12)
+        return 0.5 * qb.dot(y, qb.linalg.solve(K, y))
+
+    theta = qb.array([0.1, -1.0])
+    original, edited = (module_source(qb.jit(qb.value_and_grad(f)).lower(theta).graph)[0]
+                        for f in (loss, lambda t: loss(t) + 0.01 * qb.sum(t ** 2)))
+    assert len(original) == len(edited) == 2
+    assert edited[0] == original[0] and edited[1] != original[1]
+
+
 @pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])
 def test_a_part_can_begin_after_a_loop_that_swaps_its_carries(small_parts, loop):
     """A loop's array carry names one of two slots, swapped every iteration, so which one

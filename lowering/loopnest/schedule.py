@@ -209,9 +209,18 @@ def tail_phases(graph):
 def tail_last(graph):
     """``(graph, phase)``: ``graph`` with its nodes numbered as ``schedule`` takes them, the
     tail's phases (``tail_phases``, renumbered too) last: the generated code names values by
-    node, so the rest of an edited program keeps its names as well as its statements."""
+    node, so the rest of an edited program keeps its names as well as its statements. A
+    constant is numbered just before its first reader of its own phase: where the trace made
+    it depends on what else uses it (an edit's term that needs a 2 first makes the 2 that the
+    rest of the program reads), where its reader is does not."""
     phase = tail_phases(graph)
-    order = sorted(range(len(graph.nodes)), key=lambda n: (phase.get(n, 0), n))
+    place = {}
+    for k, node in enumerate(graph.nodes):
+        for o in node.operands:
+            if o not in place and graph.nodes[o].op == "constant" \
+                    and phase.get(o, 0) == phase.get(k, 0):
+                place[o] = k - 0.5
+    order = sorted(range(len(graph.nodes)), key=lambda n: (phase.get(n, 0), place.get(n, n), n))
     if order == list(range(len(order))):
         return graph, phase
     new = {old: k for k, old in enumerate(order)}
