@@ -73,8 +73,8 @@ def numba_function(executable, name):
 def _caller(owned, constant_addresses, scratch, control_addresses):
     """``_call(*owned, *scratch)``: lays out the entry's argument tuple (inputs, results,
     scratch, a threaded entry's control row, and the constants) and calls it, once per
-    control row if there are any. The arrays are its arguments, so its caller keeps them alive until
-    the entry returns; the one layout array is the argument of that call."""
+    control row if there are any. The arrays are its arguments, so its caller keeps them
+    alive until the entry returns; the one layout array is the argument of that call."""
     cell = native.ARRAY_DATA // _WORD + 1  # a stand-in array object: its data pointer, last
     head = native.TUPLE_ITEMS // _WORD     # where the tuple's item pointers start
     pointers = ([f"{a}.ctypes.data" for a in owned] + [f"{a}.ctypes.data" for a in scratch]
