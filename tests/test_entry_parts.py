@@ -28,6 +28,12 @@ NAMES = ["grad", "value_and_grad-energy", "vjp", "vmap-solve", "jacobian-reverse
          "cond-vmap", "dynamic_update_add", "remat-value_and_grad"]
 
 
+def _fresh_factor():
+    """A number in [1, 1.5) new to every run: a program that multiplies by it is in no
+    compile cache yet, whatever ran before."""
+    return 1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41
+
+
 @pytest.fixture
 def small_parts(monkeypatch):
     monkeypatch.setattr(parts, "PART_LINES", 6)
@@ -145,7 +151,7 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
     ws = [qb.array(rng.normal(size=shape)) for shape in [(3, 8), (8, 8), (8, 1)]]
     x = qb.array(rng.normal(size=(24, 3)))
     qb.jit(qb.value_and_grad(_penalised(None)))(ws, x)
-    weight = 1e-3 * (1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41)
+    weight = 1e-3 * _fresh_factor()
     edited = qb.jit(qb.value_and_grad(_penalised(penalty, weight)))  # (its tail never cached)
     before = len(compiled)
     first, again = edited(ws, x), edited(ws, x)
@@ -173,7 +179,7 @@ def test_a_short_entry_recompiles_only_its_tail_for_a_term_with_new_data(monkeyp
     rng = np.random.default_rng(3)
     ws = [qb.array(rng.normal(size=shape)) for shape in [(4, 6), (6, 1)]]
     x, target = qb.array(rng.normal(size=(10, 4))), rng.normal(size=(4, 6))
-    weight = 0.01 * (1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41)
+    weight = 0.01 * _fresh_factor()
 
     def loss(ws, x):
         return qb.mean((qb.tanh(x @ ws[0]) @ ws[1]) ** 2)
@@ -264,7 +270,7 @@ def test_forked_copies_take_shares_of_about_equal_lines(monkeypatch):
                         lambda key, *a: compiled_here.append(key) or original(key, *a))
     rng = np.random.default_rng(11)
     x = qb.array(rng.normal(size=(5, 4)))
-    salt = 1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41  # never cached
+    salt = _fresh_factor()
     fn = qb.jit(lambda x: qb.sum(qb.sin(x @ x.T * salt) ** 2) + qb.sum(qb.exp(-x * x * salt)))
     graph = fn.lower(x).graph
     missing = [source for source in module_source(graph)[0]
@@ -292,7 +298,7 @@ def test_no_copies_where_a_fork_is_unsafe(monkeypatch, because):
     monkeypatch.setattr(parts, "PART_LINES", 12)
     monkeypatch.setattr(cpu.os, "fork", lambda: pytest.fail("forked"))
     x = qb.array(np.random.default_rng(2).normal(size=(5, 4)))
-    salt = 1.0 + float(np.random.default_rng().integers(1, 2**40)) / 2**41  # never cached
+    salt = _fresh_factor()
     fn = qb.jit(lambda x: qb.sum(qb.cos(x @ x.T * salt) ** 2) + qb.sum(qb.exp(-x * x * salt)))
     graph = fn.lower(x).graph
     assert len(module_source(graph)[0]) >= 2 and load_cached(graph) is None

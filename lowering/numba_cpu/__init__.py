@@ -390,10 +390,11 @@ def _shares(todo, workers):
     in the share with the fewest lines so far): a part's compile time grows with its lines,
     and one long part (an ODE's adjoint loop) takes a share alone."""
     shares, lines = [[] for _ in range(workers)], [0] * workers
-    for part in sorted(todo, key=lambda part: -part[1].count("\n")):
+    for n, part in sorted(((part[1].count("\n"), part) for part in todo),
+                          key=lambda pair: -pair[0]):
         k = lines.index(min(lines))
         shares[k].append(part)
-        lines[k] += part[1].count("\n")
+        lines[k] += n
     return shares
 
 
