@@ -8,24 +8,26 @@ Each case runs in a fresh process with empty caches (QUABLA_CACHE_DIR, NUMBA_CAC
 persistent cache), after ``import quabla``. The child times, exclusively (a phase's time does
 not include the phases nested in it):
 
-  import numba         importing Numba and the runtime helpers (lowering/numba_cpu/runtime.py)
+  import numba         importing Numba and the runtime helpers (runtime.py), when a part needs
+                       Numba (direct.py translates the others without it)
   trace + transform    tracing the user function and the graph transforms (jvp, vjp, vmap...)
   rewrite              the rewriter (quabla/core/rewrite.py: CSE, folding, DCE)
   schedule             fusion and tiling (lowering/loopnest/schedule.py)
   codegen              generating the entry's source (lowering/numba_cpu/codegen.py)
+  direct translation   the source to LLVM IR without Numba (lowering/numba_cpu/direct.py)
   numba front end      bytecode analysis, SSA, Numba's IR rewrites
   numba typing         Numba's type inference
   numba lowering       Numba's lowering of typed IR to LLVM IR
   llvm optimisation    LLVM's function and module passes
   llvm codegen         machine code for the optimised module (an object file)
-  numba other          the rest of Numba's compile (exec of the module, dispatchers, its cache)
+  numba other          the rest of Numba's compile (exec of the module, its dispatcher)
   cache                the compile cache's key, lookups and writes (lowering/cache.py)
   link                 linking the object with llvmlite (lowering/native.py)
   other                the rest of the first call (argument handling, running the program)
 
 by wrapping those functions (and listening to Numba's ``numba:run_pass`` events) in the
 measuring process only, which runs LLVM's work on the compiling thread so that the phases
-add up (the library runs it on a thread of its own: target.LLVM_THREAD); the library carries
+add up (the library runs it on a thread of its own: machine.LLVM_THREAD); the library carries
 no timing code. The cases: the README PINN
 (``pinn_vmap``), the MLP PINN at widths 32 and 64 (``mlp_pinn_32``, ``mlp_pinn_64``: the same
 network with ``problems.MLP_WIDTH`` set in the child) and Lennard-Jones with 1024 particles
@@ -53,7 +55,7 @@ CASES = {
     "scan_oscillator": ("scan_oscillator", {}),
 }
 PHASES = ["import numba", "trace + transform", "rewrite", "schedule", "codegen",
-          "numba front end", "numba typing", "numba lowering", "llvm optimisation",
+          "direct translation", "numba front end", "numba typing", "numba lowering", "llvm optimisation",
           "llvm codegen", "numba other", "cache", "link", "other"]
 
 
@@ -100,14 +102,12 @@ class Phases:
         setattr(owner, name, timed)
 
     def instrument(self):
-        """Wrap Quabla's and Numba's compile stages (after importing Numba)."""
-        import numba.core.event as event
-        from numba.core.codegen import CPUCodeLibrary, JITCodeLibrary
-
+        """Wrap Quabla's compile stages, and Numba's once a part goes to it (Numba is imported
+        then, timed as "import numba")."""
         import lowering
         import lowering.numba_cpu as backend
         from lowering import cache, native
-        from lowering.numba_cpu import emitter, target
+        from lowering.numba_cpu import direct, emitter, machine
         from quabla.core import rewrite
 
         simplify = rewrite.simplify
@@ -118,18 +118,41 @@ class Phases:
         self.wrap(backend, "generate", "codegen")
         for name in ("entry_key", "write_source", "read_object", "write_object"):
             self.wrap(cache, name, "cache")
-        self.wrap(backend, "_compile", "numba other")
+        self.wrap(direct, "compile_entry", "direct translation")
         self.wrap(native, "load", "link")
         self.wrap(native, "sequence", "link")
         self.wrap(lowering, "compile", "other")
+        # an entry's LLVM work (machine.ObjectCode), on this thread so that phases do not overlap
+        machine.LLVM_THREAD = False
+        self.wrap(machine, "optimise", "llvm optimisation")
+        self.wrap(machine, "emit", "llvm codegen")
+        numba_entry = backend.numba_entry
+
+        def through_numba(*args):
+            if not hasattr(through_numba, "ready"):
+                self.enter("import numba")
+                import lowering.numba_cpu.runtime  # noqa: F401 - imports Numba
+                self.exit()
+                self._instrument_numba()
+                through_numba.ready = True
+            self.enter("numba other")
+            try:
+                return numba_entry(*args)
+            finally:
+                self.exit()
+
+        backend.numba_entry = through_numba
+
+    def _instrument_numba(self):
+        import numba.core.event as event
+        from numba.core.codegen import CPUCodeLibrary, JITCodeLibrary
+
+        from lowering.numba_cpu import target
+
         self.wrap(CPUCodeLibrary, "_optimize_functions", "llvm optimisation")
         self.wrap(CPUCodeLibrary, "_optimize_final_module", "llvm optimisation")
         self.wrap(target.EntryLibrary, "_optimize_final_module", "llvm optimisation")
         self.wrap(JITCodeLibrary, "_finalize_specific", "llvm codegen")
-        # an entry's LLVM work (target.Entry), on this thread so that phases do not overlap
-        target.LLVM_THREAD = False
-        self.wrap(target, "optimise", "llvm optimisation")
-        self.wrap(target, "_emit", "llvm codegen")
         passes = {"nopython_type_inference": "numba typing", "native_lowering": "numba lowering"}
         phases = self
 
@@ -154,11 +177,8 @@ def _child(case):
         setattr(problems, name, value)
     problems.import_quabla()
     phases = Phases()
-    start, cpu = time.perf_counter(), time.process_time()
-    phases.enter("import numba")
-    import lowering.numba_cpu.runtime  # noqa: F401 - imports Numba
-    phases.exit()
     phases.instrument()
+    start, cpu = time.perf_counter(), time.process_time()
     case_ = problems.build_quabla(problem)
     phases.enter("trace + transform")
     case_.block(case_.fn(*case_.args))

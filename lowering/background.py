@@ -2,7 +2,7 @@
 process compiles it into the compile cache, and switches to native code when the worker is done.
 
 One worker per process, ``python -m lowering.background``, compiles the programs it is sent one
-after another (it imports Numba and its runtime helpers once). Each request is the path of a
+after another (it imports the compiler once: llvmlite, and Numba if a part needs it). Each request is the path of a
 private temporary file holding the pickled graph and device; the worker calls
 ``lowering.compile``, which stores the entry in the cache (object code, then the manifest that
 vouches for it, each written to a temporary file and renamed into place), and answers one line.

@@ -8,7 +8,7 @@ compile time, paid again by every part of an entry cut in parts (parts.py). A ke
 a C function of typed pointers and sizes, written with llvmlite's IR builder (Numba's front end
 took ~0.13 s of every cold process to type and lower it from Python source; LLVM's passes and
 code generation, ~0.06 s, are all it costs now) and compiled by the entries' target
-(``target.compile_module``). Generated code calls it as an external function
+(``machine.compile_module``, no Numba). Generated code calls it as an external function
 (``_matmul_float64(a, b, out, w, ...)``, declared in runtime.py); the object loader finds its
 address when an entry's object that names it is linked (``native.resolver``), and LLVM's
 linker before Numba links an entry itself (``ensure``). It compiles while Numba's front end
@@ -22,6 +22,7 @@ import threading
 from llvmlite import ir
 
 from .. import cache, native
+from . import machine
 
 __all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch"]
 
@@ -180,10 +181,8 @@ def address(symbol):
                     linked = native.load(stored[0], stored[1]["entry"],
                                          native.resolve(stored[1]["symbols"]))
             if linked is None:
-                from .target import compile_module
-
                 name = f"{symbol}_{key}"
-                code = compile_module(_module_text(symbol, name), slp=True)
+                code = machine.compile_module(_module_text(symbol, name), slp=True)
                 cache.write_object(key, code, name, [])
                 linked = native.load(code, name, {})
             _linked[symbol] = linked
@@ -194,13 +193,11 @@ def prefetch(source):
     """Kernels ``source`` calls that are not linked yet, linked (or compiled) on a thread of
     their own meanwhile: LLVM releases the GIL, so a kernel compiles while Numba's front end
     takes the entry that calls it; ``address`` waits for it when the entry is linked."""
-    from .target import ready
-
     for symbol in names_in(source):
         with _lock:
             if symbol in _linked or symbol in _pending:
                 continue
-            ready()  # Numba's target made here, not on the thread
+            machine.target_machine()  # made here, not on the thread
             _pending[symbol] = thread = threading.Thread(target=_link, args=(symbol,),
                                                          daemon=True)
         thread.start()

@@ -12,19 +12,18 @@ registries alone. Its hardware is a subclass of the CPU: everything written for 
 it too. An entry can call Numba functions of this target only (``kernel``), not ``@njit``
 ones.
 
-Its code generator optimises an entry once: Numba's runs LLVM's function pipeline on each
-function, then a cheap module pipeline (to inline reference counting for its pruner), then
-the full one; an entry without reference counts needs the last alone (the same results bit
-for bit, steps within noise, ~0.1 s less for the MLP PINN's entry). It leaves LLVM's loop
-unroller out for entries: their loops are vectorised and interleaved but not unrolled, which
-takes 10-45% off LLVM's time on an entry, steps within noise (docs/compile-time.md); the
-kernels (``kernel``, and those written in LLVM IR: ``compile_module``) keep it. Numba's
-reference-counting runtime, which entries that make ``carray`` views link, stays the CPU
-target's: the process has one, which the user's own Numba code links too.
+Most parts never come here: direct.py translates generated source to LLVM IR without Numba.
+This target compiles the rest (entries that call the array kernels, the special functions,
+floor division). Its code generator optimises an entry once: Numba's runs LLVM's function
+pipeline on each function, then a cheap module pipeline (to inline reference counting for its
+pruner), then the full one; an entry without reference counts needs the last alone, the
+pipeline of machine.py (the same results bit for bit, steps within noise, ~0.1 s less for the
+MLP PINN's entry). Numba's reference-counting runtime, which entries that make ``carray``
+views link, stays the CPU target's: the process has one, which the user's own Numba code links
+too.
 """
 
 import functools
-import threading
 from types import BuiltinFunctionType
 
 import llvmlite.binding as llvm
@@ -38,15 +37,11 @@ from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry,
                                          target_registry)
 from numba.core.typing.context import Context
 
-__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "compile_module", "optimise", "ready"]
+from . import machine
+
+__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "ready"]
 
 NAME = "quabla_cpu"
-# LLVM's optimisation level for entries and kernels: O3 (Numba's default) unrolls more and
-# takes longer, for no measurable gain on generated loops (docs/compile-time.md)
-OPTIMISATION_LEVEL = 2
-# LLVM's passes and code generation run on a thread of their own (``Entry``); the compile
-# breakdown (benchmarks/compile.py) runs them on the caller's, to time them apart
-LLVM_THREAD = True
 
 
 class EntryCPU(CPU):
@@ -127,7 +122,7 @@ class EntryLibrary(codegen.JITCodeLibrary):
         module = self._final_module
         if any(f.name in self._REFERENCE_COUNTS for f in module.functions):
             return super()._optimize_final_module()  # a kernel: Numba's pruning pipeline
-        optimise(self._codegen, module, unroll=self.unroll)
+        machine.optimise(module, unroll=self.unroll)
 
 
 class _Codegen(codegen.JITCPUCodegen):
@@ -135,18 +130,14 @@ class _Codegen(codegen.JITCPUCodegen):
 
     def _customize_tm_options(self, options):
         super()._customize_tm_options(options)
-        options["opt"] = OPTIMISATION_LEVEL
+        options["opt"] = machine.OPTIMISATION_LEVEL
 
     def _pass_builder(self, opt=None, loop_vectorize=None, slp_vectorize=None, unroll=True):
-        """Numba's pass builder at ``OPTIMISATION_LEVEL``, with LLVM's loop unroller only
-        where ``unroll`` asks for it."""
-        options = llvm.create_pipeline_tuning_options(speed_level=OPTIMISATION_LEVEL)
-        options.loop_vectorization = bool(
-            config.LOOP_VECTORIZE if loop_vectorize is None else loop_vectorize)
-        options.slp_vectorization = bool(
-            config.SLP_VECTORIZE if slp_vectorize is None else slp_vectorize)
-        options.loop_unrolling = unroll
-        return llvm.create_pass_builder(self._tm, options)
+        """Numba's pass builder with the tuning of machine.py (for kernels that link Numba's
+        runtime, which Numba's own pipelines optimise)."""
+        return llvm.create_pass_builder(self._tm, machine.tuning(
+            bool(config.SLP_VECTORIZE if slp_vectorize is None else slp_vectorize), unroll,
+            loop_vectorize))
 
 
 class _Lowering(cpu.CPUContext):
@@ -229,70 +220,31 @@ class Entry:
     """A compiled entry: ``void entry(void *args)`` named ``native_name`` in ``library``.
 
     Numba's front end (typing, lowering: Python, holding the GIL) runs when the entry is
-    made; LLVM's passes and code generation (``_object``), which llvmlite runs without the
-    GIL, run on a thread of their own, so the front end of an entry's next part runs
-    meanwhile (numba_cpu/__init__.py). ``result()`` waits for them. ``address()`` links the
-    code into Numba's own engine instead: entries with reference counts (``nrt``), which
-    link Numba's runtime, always go that way."""
+    made; LLVM's passes and code generation run on a thread of their own
+    (``machine.ObjectCode``), so the front end of an entry's next part runs meanwhile
+    (numba_cpu/__init__.py). ``result()`` waits for them. ``address()`` links the code into
+    Numba's own engine instead: entries with reference counts (``nrt``), which link Numba's
+    runtime, always go that way."""
 
     def __init__(self, library, native_name, nrt):
         self.library = library
         self.native_name = native_name
-        self._result = None
         library.unroll = False
         if nrt or library._linking_libraries:
             library.get_pointer_to_function(native_name)  # Numba's finalize, into its engine
-            self._result = library._get_compiled_object(), _externals(library._final_module)
-        elif not LLVM_THREAD:
-            self._compile(library.codegen, library._final_module)
+            self._object = machine.ObjectCode.done(
+                library._get_compiled_object(), library._final_module)
         else:
-            self._thread = threading.Thread(
-                target=self._compile, args=(library.codegen, library._final_module),
-                daemon=True)
-            self._thread.start()
-
-    def _compile(self, codegen, module):
-        try:
-            self._result = _object(codegen, module), _externals(module)
-        except BaseException as error:  # raised again by result()
-            self._result = error
+            self._object = machine.ObjectCode(library._final_module)
 
     def result(self):
         """``(object code, external symbols)``."""
-        if self._result is None:
-            self._thread.join()
-        if isinstance(self._result, BaseException):
-            raise self._result
-        return self._result
+        return self._object.result()
 
     def address(self):
         """Where the entry is in Numba's engine (linked there on the first call)."""
-        if self._result is None:
-            self.result()  # the module is optimised once, on the thread; not at the same time
+        self.result()  # the module is optimised once, on the thread; not at the same time
         return self.library.get_pointer_to_function(self.native_name)
-
-
-def _externals(module):
-    """The symbols ``module`` names but does not define (LLVM's intrinsics aside)."""
-    return sorted(g.name for g in list(module.functions) + list(module.global_variables)
-                  if g.is_declaration and not g.name.startswith("llvm."))
-
-
-def _object(codegen, module, slp=False, unroll=False):
-    """The object code of LLVM ``module`` after this target's module pipeline."""
-    optimise(codegen, module, slp, unroll)
-    return _emit(codegen, module)
-
-
-def optimise(codegen, module, slp=False, unroll=False):
-    """This target's module pipeline on ``module``; ``slp`` turns on LLVM's SLP vectoriser,
-    which Numba leaves off, and ``unroll`` its loop unroller, which entries leave off."""
-    manager, builder = codegen._module_pass_manager(slp_vectorize=slp, unroll=unroll)
-    manager.run(module, builder)
-
-
-def _emit(codegen, module):
-    return codegen._tm.emit_object(module)
 
 
 def entry(pipeline_class, nrt=False):
@@ -321,12 +273,3 @@ def entry(pipeline_class, nrt=False):
 def ready():
     """This target's contexts and code generator made (once; not safe to do on two threads)."""
     return _DESCRIPTOR.target_context.codegen()
-
-
-def compile_module(text, slp=False):
-    """The object code of the LLVM IR module ``text`` (external.py's kernels, written in IR:
-    no Numba front end) optimised (its loops unrolled) and compiled for this target's
-    machine."""
-    module = llvm.parse_assembly(text)
-    module.verify()
-    return _object(ready(), module, slp, unroll=True)

@@ -1,0 +1,587 @@
+"""Parts compiled without Numba: a generated entry translated straight to LLVM IR.
+
+Generated source (codegen.py) is a small part of Python: assignments of scalars and typed
+pointers, ``while`` loops over integers, ``if`` and ``break``, arithmetic, comparisons, loads
+and stores through pointers, and calls of the runtime's helpers and of ``math``. This module
+types that part as Numba does (NumPy's promotion of int64, float32 and float64; a variable
+has the type that unifies its assignments) and emits what Numba's lowering emits for it,
+the helpers' instructions coming from scalar_ir.py as runtime.py's do. A part then costs a
+few milliseconds of Python before LLVM (machine.py), and a process whose parts all translate
+never imports Numba: its import is ~0.15 s, and its front end ~40% of a part's compile
+(docs/compile-time.md). A part that uses anything else (the array kernels' ``carray`` views,
+the special functions, floor division) raises ``Unsupported``, and Numba compiles it.
+"""
+
+import ast
+import math
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from . import machine
+from . import scalar_ir as sir
+
+__all__ = ["Unsupported", "DirectEntry", "translate", "compile_entry"]
+
+
+class Unsupported(Exception):
+    """The source uses something this translation does not know: Numba compiles it."""
+
+
+class _Retype(Exception):
+    """A variable needs a wider type than its first assignment gave it: translate again."""
+
+
+# types: "f64", "f32", "i64", "bool", a pointer "*<element>", the entry's "args", "none"
+_VALUE = {"f64": ir.DoubleType(), "f32": ir.FloatType(), "i64": ir.IntType(64),
+          "bool": ir.IntType(1)}
+_DATA = dict(_VALUE, bool=ir.IntType(8))  # a bool is a byte in memory
+_ITEMSIZE = {"f64": 8, "f32": 4, "i64": 8, "bool": 1}
+_DTYPES = {"np.float64": "f64", "np.float32": "f32", "np.int64": "i64", "np.bool_": "bool"}
+_FLOATS = ("f64", "f32")
+_NUMBERS = ("f64", "f32", "i64")
+_I64 = _VALUE["i64"]
+_ARGS = ir.IntType(8).as_pointer()
+
+# ``math`` functions as Numba lowers them: LLVM's intrinsics, or libm (``namef`` for float32)
+_MATH_INTRINSICS = {"math.exp": "llvm.exp", "math.log": "llvm.log", "math.log10": "llvm.log10",
+                    "math.sin": "llvm.sin", "math.cos": "llvm.cos", "math.fabs": "llvm.fabs",
+                    "math.exp2": "llvm.exp2"}
+_MATH_LIBM = {f"math.{name}": name for name in (
+    "log1p", "expm1", "erf", "erfc", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh",
+    "sinh", "cosh", "tanh", "lgamma", "sqrt")}
+_MATH_CONSTANTS = {"math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi,
+                   "math.e": math.e}
+_CASTS = {"_cast_float64": "f64", "np.float64": "f64", "float": "f64", "_cast_float32": "f32",
+          "np.float32": "f32", "_cast_bool": "bool", "np.bool_": "bool", "bool": "bool"}
+_KERNELS = {"_matmul_float64": ("quabla_k_matmul_float64", "f64"),
+            "_matmul_float32": ("quabla_k_matmul_float32", "f32")}
+_BLAS = {"f64": "quabla_dgemm", "f32": "quabla_sgemm"}
+_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
+            ast.NotEq: "!="}
+
+
+def _lltype(kind):
+    if kind.startswith("*"):
+        return _DATA[kind[1:]].as_pointer()
+    return _ARGS if kind == "args" else _VALUE[kind]
+
+
+def _promote(a, b):
+    """The type of arithmetic on ``a`` and ``b`` (NumPy's promotion, as Numba types it)."""
+    if a not in _NUMBERS or b not in _NUMBERS:
+        raise Unsupported(f"arithmetic on {a} and {b}")
+    if a == b:
+        return a
+    return "f64"
+
+
+def _unify(a, b):
+    """The type of a variable (or a choice) assigned both ``a`` and ``b``."""
+    if a == b:
+        return a
+    if {a, b} == {"bool", "i64"}:
+        return "i64"
+    return _promote(a, b)
+
+
+class _Function:
+    """The translation of one entry's body: values are ``(LLVM value, type)`` pairs."""
+
+    def __init__(self, module, name, types):
+        self.function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_ARGS]), name)
+        self.function.attributes.add("nounwind")
+        self.b = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.types = types  # variable -> type (kept between attempts)
+        self.slots = {}  # variable -> its stack slot
+        self.exits = []  # the blocks that ``break`` leaves to, innermost last
+
+    # -- values --
+
+    def cast(self, value, kind, to):
+        """``value`` of type ``kind`` as a ``to`` (Numba's ``context.cast``)."""
+        b = self.b
+        if kind == to:
+            return value
+        if to == "bool":
+            if kind == "i64":
+                return b.icmp_signed("!=", value, ir.Constant(_I64, 0))
+            if kind in _FLOATS:
+                return b.fcmp_unordered("!=", value, ir.Constant(_VALUE[kind], 0.0))
+        elif to in _FLOATS:
+            if kind == "bool":
+                return b.uitofp(value, _VALUE[to])
+            if kind == "i64":
+                return b.sitofp(value, _VALUE[to])
+            if kind in _FLOATS:
+                return b.fpext(value, _VALUE[to]) if to == "f64" else b.fptrunc(value, _VALUE[to])
+        elif to == "i64":
+            if kind == "bool":
+                return b.zext(value, _I64)
+            if kind in _FLOATS:
+                return b.fptosi(value, _I64)
+        raise Unsupported(f"cast of {kind} to {to}")
+
+    def truth(self, value, kind):
+        return self.cast(value, kind, "bool")
+
+    def index(self, node):
+        value, kind = self.expr(node)
+        if kind not in ("i64", "bool"):
+            raise Unsupported(f"index of type {kind}")
+        return self.cast(value, kind, "i64")
+
+    def pointer(self, node):
+        value, kind = self.expr(node)
+        if not kind.startswith("*"):
+            raise Unsupported(f"{kind} used as a pointer")
+        return value, kind[1:]
+
+    def expr(self, node):
+        method = getattr(self, "e_" + type(node).__name__, None)
+        if method is None:
+            raise Unsupported(type(node).__name__)
+        return method(node)
+
+    def e_Constant(self, node):
+        value = node.value
+        if isinstance(value, bool):
+            return ir.Constant(_VALUE["bool"], int(value)), "bool"
+        if isinstance(value, int) and -2**63 <= value < 2**63:
+            return ir.Constant(_I64, value), "i64"
+        if isinstance(value, float):
+            return ir.Constant(_VALUE["f64"], value), "f64"
+        raise Unsupported(f"constant {value!r}")
+
+    def e_Name(self, node):
+        if node.id == "args":
+            return self.function.args[0], "args"
+        if node.id not in self.slots:
+            raise Unsupported(f"{node.id} read before it is assigned")
+        return self.b.load(self.slots[node.id]), self.types[node.id]
+
+    def e_Attribute(self, node):
+        name = ast.unparse(node)
+        if name not in _MATH_CONSTANTS:
+            raise Unsupported(name)
+        return ir.Constant(_VALUE["f64"], _MATH_CONSTANTS[name]), "f64"
+
+    def e_Subscript(self, node):
+        pointer, element = self.pointer(node.value)
+        loaded = self.b.load(self.b.gep(pointer, [self.index(node.slice)]))
+        if element == "bool":
+            return self.b.icmp_unsigned("!=", loaded, ir.Constant(loaded.type, 0)), "bool"
+        return loaded, element
+
+    def e_UnaryOp(self, node):
+        value, kind = self.expr(node.operand)
+        if isinstance(node.op, ast.Not):
+            return self.b.not_(self.truth(value, kind)), "bool"
+        if isinstance(node.op, ast.USub) and kind in _FLOATS:
+            return sir.negated(self.b, value), kind
+        if isinstance(node.op, ast.USub) and kind == "i64":
+            return self.b.neg(value), kind
+        if isinstance(node.op, ast.UAdd) and kind in _NUMBERS:
+            return value, kind
+        raise Unsupported(f"{type(node.op).__name__} of {kind}")
+
+    def e_BinOp(self, node):
+        a, ta = self.expr(node.left)
+        c, tc = self.expr(node.right)
+        b, op = self.b, type(node.op)
+        kind = _promote(ta, tc)
+        if op is ast.Div and kind == "i64":
+            kind = "f64"  # true division of integers
+        a, c = self.cast(a, ta, kind), self.cast(c, tc, kind)
+        if kind == "i64":
+            emit = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}.get(op)
+        else:
+            emit = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul, ast.Div: b.fdiv}.get(op)
+        if emit is None:
+            raise Unsupported(f"{op.__name__} of {kind}")
+        return emit(a, c), kind
+
+    def e_Compare(self, node):
+        if len(node.ops) != 1:
+            raise Unsupported("chained comparison")
+        a, ta = self.expr(node.left)
+        c, tc = self.expr(node.comparators[0])
+        order = _COMPARE.get(type(node.ops[0]))
+        if order is None:
+            raise Unsupported(type(node.ops[0]).__name__)
+        if ta == tc == "bool":
+            return self.b.icmp_unsigned(order, a, c), "bool"
+        kind = _promote(ta, tc)
+        a, c = self.cast(a, ta, kind), self.cast(c, tc, kind)
+        if kind == "i64":
+            return self.b.icmp_signed(order, a, c), "bool"
+        if order == "!=":
+            return self.b.fcmp_unordered(order, a, c), "bool"
+        return self.b.fcmp_ordered(order, a, c), "bool"
+
+    def e_BoolOp(self, node):
+        """``and`` / ``or`` of bools, short-circuited (a later operand may read memory that
+        an earlier one guards)."""
+        b = self.b
+        slot = sir.entry_slot(b, _VALUE["bool"])
+        value, kind = self.expr(node.values[0])
+        for operand in node.values[1:]:
+            if kind != "bool":
+                raise Unsupported(f"{type(node.op).__name__} of {kind}")
+            b.store(value, slot)
+            more, done = self.block("more"), self.block("done")
+            if isinstance(node.op, ast.And):
+                b.cbranch(value, more, done)
+            else:
+                b.cbranch(value, done, more)
+            b.position_at_end(more)
+            value, kind = self.expr(operand)
+            if kind == "bool":
+                b.store(value, slot)
+            b.branch(done)
+            b.position_at_end(done)
+            value = b.load(slot)
+        if kind != "bool":
+            raise Unsupported(f"{type(node.op).__name__} of {kind}")
+        return value, kind
+
+    def e_IfExp(self, node):
+        b = self.b
+        test = self.truth(*self.expr(node.test))
+        yes, no, done = self.block("yes"), self.block("no"), self.block("done")
+        b.cbranch(test, yes, no)
+        b.position_at_end(yes)
+        a, ta = self.expr(node.body)
+        yes_end = b.block
+        b.position_at_end(no)
+        c, tc = self.expr(node.orelse)
+        no_end = b.block
+        kind = _unify(ta, tc)
+        ends = []
+        for value, vkind, end in ((a, ta, yes_end), (c, tc, no_end)):
+            b.position_at_end(end)
+            ends.append((self.cast(value, vkind, kind), b.block))
+            b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(_lltype(kind))
+        for value, block in ends:
+            phi.add_incoming(value, block)
+        return phi, kind
+
+    def e_Call(self, node):
+        if node.keywords:
+            raise Unsupported("keyword arguments")
+        name = ast.unparse(node.func)
+        args = node.args
+        if name in _CASTS and len(args) == 1:
+            value, kind = self.expr(args[0])
+            return self.cast(value, kind, _CASTS[name]), _CASTS[name]
+        if name in sir.FLOAT_HELPERS and len(args) == 1:
+            value, kind = self.float_argument(args[0])
+            return self.rounded(sir.FLOAT_HELPERS[name](self.b, value), kind), kind
+        if name in sir.PAIR_HELPERS and len(args) == 2:
+            (x, y), kind = self.unified(args, _FLOATS)
+            return self.rounded(sir.PAIR_HELPERS[name](self.b, x, y), kind), kind
+        if name in _MATH_INTRINSICS and len(args) == 1:
+            value, kind = self.float_argument(args[0])
+            return sir.intrinsic_call(self.b, _MATH_INTRINSICS[name], value), kind
+        if name in _MATH_LIBM and len(args) == 1:
+            value, kind = self.float_argument(args[0])
+            return sir.libm_call(self.b, _MATH_LIBM[name], value), kind
+        if name in _KERNELS and len(args) == 10:
+            return self.kernel_call(*_KERNELS[name], args)
+        method = getattr(self, "c" + name.replace("math.", "math_"), None) \
+            if name.startswith(("_", "math.")) or name == "abs" else None
+        if method is None or method.__code__.co_argcount != len(args) + 1:
+            raise Unsupported(f"call of {name}")
+        return method(*args)
+
+    # -- helpers of calls --
+
+    def float_argument(self, node):
+        """A float argument as Numba's math and helper signatures take it (an integer as a
+        float64)."""
+        value, kind = self.expr(node)
+        if kind == "i64":
+            return self.cast(value, kind, "f64"), "f64"
+        if kind not in _FLOATS:
+            raise Unsupported(f"float function of {kind}")
+        return value, kind
+
+    def rounded(self, value, kind):
+        return value if value.type == _VALUE[kind] else self.b.fptrunc(value, _VALUE[kind])
+
+    def unified(self, nodes, allowed):
+        values = [self.expr(node) for node in nodes]
+        kind = values[0][1]
+        for _, other in values[1:]:
+            kind = _unify(kind, other)
+        if kind not in allowed:
+            raise Unsupported(f"helper of {kind}")
+        return [self.cast(v, k, kind) for v, k in values], kind
+
+    def c_arg(self, objects, k, start, dtype):
+        if ast.unparse(dtype) not in _DTYPES or self.expr(objects)[1] != "args":
+            raise Unsupported("_arg")
+        kind = "*" + _DTYPES[ast.unparse(dtype)]
+        return sir.arg_pointer(self.b, self.function.args[0], self.index(k), self.index(start),
+                               _lltype(kind)), kind
+
+    def c_offset(self, pointer, n):
+        value, element = self.pointer(pointer)
+        return self.b.gep(value, [self.index(n)]), "*" + element
+
+    def c_copy(self, target, source, n):
+        (dst, element), (src, other) = self.pointer(target), self.pointer(source)
+        if element != other:
+            raise Unsupported("_copy between dtypes")
+        sir.memmove(self.b, dst, src, self.index(n), _ITEMSIZE[element])
+        return None, "none"
+
+    def c_zero(self, target, n):
+        dst, element = self.pointer(target)
+        sir.memset(self.b, dst, self.index(n), _ITEMSIZE[element])
+        return None, "none"
+
+    def c_clamp_index(self, i, n):
+        value, kind = self.expr(i)
+        if kind not in _NUMBERS:
+            raise Unsupported(f"_clamp_index of {kind}")
+        return sir.clamp_index(self.b, value, self.index(n)), "i64"
+
+    def c_max(self, x, y):
+        (a, c), kind = self.unified((x, y), _FLOATS + ("bool",))
+        return sir.pick_extremum(self.b, ">", a, c), kind
+
+    def c_min(self, x, y):
+        (a, c), kind = self.unified((x, y), _FLOATS + ("bool",))
+        return sir.pick_extremum(self.b, "<", a, c), kind
+
+    def c_tanh(self, x):
+        value, kind = self.expr(x)
+        if kind not in _FLOATS:
+            raise Unsupported(f"_tanh of {kind}")
+        return sir.tanh(self.b, value), kind
+
+    def c_integer_pow(self, x, n):
+        value, kind = self.expr(x)
+        if kind not in _FLOATS or not isinstance(n, ast.Constant) or type(n.value) is not int \
+                or n.value < 0:
+            raise Unsupported("_integer_pow")
+        return sir.integer_pow(self.b, value, n.value), kind
+
+    def c_pow(self, x, y):
+        """``x ** y`` of two floats: ``llvm.pow``, as Numba lowers it (with an integer
+        operand Numba's rules differ: ``Unsupported``)."""
+        (a, ta), (c, tc) = self.expr(x), self.expr(y)
+        if ta not in _FLOATS or tc not in _FLOATS:
+            raise Unsupported("_pow of an integer")
+        kind = _promote(ta, tc)
+        fn = self.b.module.declare_intrinsic("llvm.pow", [_VALUE[kind]])
+        return self.b.call(fn, [self.cast(a, ta, kind), self.cast(c, tc, kind)]), kind
+
+    def cabs(self, x):
+        value, kind = self.expr(x)
+        if kind in _FLOATS:
+            return sir.intrinsic_call(self.b, "llvm.fabs", value), kind
+        if kind == "i64":
+            negative = self.b.icmp_signed("<", value, ir.Constant(_I64, 0))
+            return self.b.select(negative, self.b.neg(value), value), kind
+        raise Unsupported(f"abs of {kind}")
+
+    def _test(self, x, test, of_integer=False):
+        value, kind = self.expr(x)
+        if kind == "i64":
+            return ir.Constant(_VALUE["bool"], int(of_integer)), "bool"
+        if kind not in _FLOATS:
+            raise Unsupported(f"math test of {kind}")
+        return test(value), "bool"
+
+    def cmath_isnan(self, x):
+        return self._test(x, lambda v: self.b.fcmp_unordered("uno", v, v))
+
+    def cmath_isinf(self, x):
+        return self._test(x, lambda v: self.b.fcmp_ordered(
+            "==", sir.intrinsic_call(self.b, "llvm.fabs", v), ir.Constant(v.type, math.inf)))
+
+    def cmath_isfinite(self, x):
+        def finite(v):
+            difference = self.b.fsub(v, v)
+            return self.b.fcmp_ordered("ord", difference, difference)
+        return self._test(x, finite, of_integer=True)
+
+    def c_gemm(self, a, b, out, m, k, n, ta, tb):
+        pointers = [self.pointer(p) for p in (a, b, out)]
+        element = pointers[2][1]
+        if element not in _BLAS or any(e != element for _, e in pointers):
+            raise Unsupported("_gemm")
+        sizes = [self.index(v) for v in (m, k, n, ta, tb)]
+        sir.gemm(self.b, _BLAS[element], *(p for p, _ in pointers), *sizes)
+        return None, "none"
+
+    def kernel_call(self, symbol, element, args):
+        pointers = [self.pointer(p) for p in args[:4]]
+        if any(e != element for _, e in pointers):
+            raise Unsupported(symbol)
+        kind = ir.FunctionType(ir.VoidType(), [_DATA[element].as_pointer()] * 4 + [_I64] * 6)
+        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, kind, symbol)
+        self.b.call(fn, [p for p, _ in pointers] + [self.index(v) for v in args[4:]])
+        return None, "none"
+
+    # -- statements --
+
+    def block(self, name):
+        return self.function.append_basic_block(name)
+
+    def body(self, statements):
+        for statement in statements:
+            if self.b.block.is_terminated:  # after a break: unreachable
+                self.b.position_at_end(self.block("dead"))
+            method = getattr(self, "s_" + type(statement).__name__, None)
+            if method is None:
+                raise Unsupported(type(statement).__name__)
+            method(statement)
+
+    def assign(self, target, value, kind):
+        b = self.b
+        if isinstance(target, ast.Name):
+            if kind in ("none", "args"):
+                raise Unsupported(f"{target.id} assigned a {kind}")
+            known = self.types.get(target.id)
+            if known is None:
+                known = self.types[target.id] = kind
+            elif known != kind:
+                if known.startswith("*") or kind.startswith("*"):
+                    raise Unsupported(f"{target.id} is a {known} and a {kind}")
+                wider = _unify(known, kind)
+                if wider != known:
+                    self.types[target.id] = wider
+                    raise _Retype(target.id)
+            if target.id not in self.slots:
+                self.slots[target.id] = sir.entry_slot(b, _lltype(known))
+            b.store(self.cast(value, kind, known), self.slots[target.id])
+        elif isinstance(target, ast.Subscript):
+            pointer, element = self.pointer(target.value)
+            if kind not in _VALUE:
+                raise Unsupported(f"store of a {kind}")
+            stored = self.cast(value, kind, element)
+            if element == "bool":
+                stored = b.zext(stored, _DATA["bool"])
+            b.store(stored, b.gep(pointer, [self.index(target.slice)]))
+        else:
+            raise Unsupported(f"assignment to {type(target).__name__}")
+
+    def s_Assign(self, node):
+        if len(node.targets) != 1:
+            raise Unsupported("chained assignment")
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple):  # a swap: every value first, then the stores
+            if not isinstance(node.value, ast.Tuple) or len(node.value.elts) != len(target.elts):
+                raise Unsupported("tuple assignment")
+            values = [self.expr(v) for v in node.value.elts]
+            for t, (value, kind) in zip(target.elts, values):
+                self.assign(t, value, kind)
+        else:
+            self.assign(target, *self.expr(node.value))
+
+    def s_AugAssign(self, node):
+        target = node.target
+        load = ast.Name(target.id, ast.Load()) if isinstance(target, ast.Name) else \
+            ast.Subscript(target.value, target.slice, ast.Load())
+        self.assign(node.target, *self.expr(ast.BinOp(load, node.op, node.value)))
+
+    def s_Expr(self, node):
+        if not isinstance(node.value, ast.Call):
+            raise Unsupported("expression statement")
+        self.expr(node.value)
+
+    def s_Pass(self, node):
+        pass
+
+    def s_While(self, node):
+        if node.orelse:
+            raise Unsupported("while ... else")
+        b = self.b
+        head, body, done = self.block("head"), self.block("body"), self.block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(self.truth(*self.expr(node.test)), body, done)
+        b.position_at_end(body)
+        self.exits.append(done)
+        self.body(node.body)
+        self.exits.pop()
+        if not b.block.is_terminated:
+            b.branch(head)
+        b.position_at_end(done)
+
+    def s_If(self, node):
+        b = self.b
+        yes, no, done = self.block("then"), self.block("else"), self.block("endif")
+        b.cbranch(self.truth(*self.expr(node.test)), yes, no)
+        for block, statements in ((yes, node.body), (no, node.orelse)):
+            b.position_at_end(block)
+            self.body(statements)
+            if not b.block.is_terminated:
+                b.branch(done)
+        b.position_at_end(done)
+
+    def s_Break(self, node):
+        if not self.exits:
+            raise Unsupported("break outside a loop")
+        self.b.branch(self.exits[-1])
+
+
+def _entry_body(source):
+    """The body of generated ``source``'s one function, if it is an entry without Numba's
+    runtime (nothing but the standard header around it)."""
+    tree = ast.parse(source)
+    functions = [s for s in tree.body if isinstance(s, ast.FunctionDef)]
+    others = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.Import,
+                                                           ast.ImportFrom))]
+    if len(functions) != 1 or others or any(
+            isinstance(s, ast.ImportFrom) and s.module in ("numba", "lowering.numba_cpu.kernels")
+            for s in tree.body):
+        raise Unsupported("not a plain entry")
+    (decorator,) = functions[0].decorator_list
+    if ast.unparse(decorator) != "entry(lean_pipeline(), nrt=False)":
+        raise Unsupported("an entry with reference counts")
+    return functions[0].body
+
+
+def translate(source, name):
+    """The LLVM IR (text) of generated ``source``'s entry as ``void name(i8* args)``;
+    ``Unsupported`` if it uses what this module does not translate."""
+    body = _entry_body(source)
+    types = {}
+    for _ in range(8):  # each retry widens a variable's type
+        module = ir.Module(name=name)
+        module.triple = llvm.get_process_triple()
+        module.data_layout = str(machine.target_machine().target_data)
+        function = _Function(module, name, types)
+        try:
+            function.body(body)
+        except _Retype:
+            continue
+        if not function.b.block.is_terminated:
+            function.b.ret_void()
+        return str(module)
+    raise Unsupported("variable types do not settle")
+
+
+class DirectEntry:
+    """A part translated here: its module parsed, optimised and compiled by LLVM on a thread
+    (``machine.ObjectCode``); the same interface as ``target.Entry``."""
+
+    def __init__(self, text, native_name):
+        self.native_name = native_name
+        self._object = machine.ObjectCode(text)
+
+    def result(self):
+        """``(object code, external symbols)``."""
+        return self._object.result()
+
+
+def compile_entry(key, source):
+    """``DirectEntry`` of part ``key``'s generated ``source``, or ``Unsupported``."""
+    name = f"quabla_direct_{key}"
+    return DirectEntry(translate(source, name), name)

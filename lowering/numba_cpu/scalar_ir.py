@@ -1,0 +1,382 @@
+"""The runtime helpers of generated code as LLVM IR, without Numba: each builder emits, with
+llvmlite's IR builder, what one helper computes. runtime.py makes them Numba intrinsics (for
+the parts Numba compiles); direct.py calls them itself (for the parts it translates), so both
+front ends give the same instructions.
+
+They match the NumPy reference (NaN propagation of max/min, sign(0) == 0, repeated squaring
+for integer powers). A call is a few instructions, where a Python helper that Numba inlined
+cost a translation of its bytecode and its untyped passes at every call site (~4 ms each).
+Each float helper computes what the Python form in its docstring computes (in float64 where
+a float64 constant in that form widens a float32 argument); its caller rounds the result to
+the argument's type, as NumPy's float32 arrays do: a float32 node's value is a float32
+wherever it is used, so the copy stored to memory and the one used in place agree.
+"""
+
+import math
+
+from llvmlite import ir
+
+from ..native import ARRAY_DATA, TUPLE_ITEMS
+
+__all__ = ["double", "widened", "intrinsic_call", "libm_call", "pure_function", "negated",
+           "FLOAT_HELPERS", "PAIR_HELPERS", "pick_extremum", "tanh", "integer_pow",
+           "clamp_index", "arg_pointer", "byte_pointer", "memmove", "memset", "entry_slot",
+           "gemm"]
+
+I64 = ir.IntType(64)
+
+
+def double(value):
+    return ir.Constant(ir.DoubleType(), value)
+
+
+def widened(builder, x):
+    """``x`` as a double (a float32 extends exactly)."""
+    return x if isinstance(x.type, ir.DoubleType) else builder.fpext(x, ir.DoubleType())
+
+
+def intrinsic_call(builder, name, x):
+    """LLVM's ``name`` (``llvm.exp``, ...) of ``x``, as Numba lowers math.exp, math.log, abs."""
+    return builder.call(builder.module.declare_intrinsic(name, [x.type]), [x])
+
+
+def pure_function(module, kind, name):
+    """``module``'s declaration of the external function ``name`` of type ``kind``, marked
+    read-only and non-throwing (as Numba declares libm's functions)."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, kind, name)
+    fn.attributes.add("readonly")
+    fn.attributes.add("nounwind")
+    return fn
+
+
+def libm_call(builder, name, x):
+    """libm's ``name`` of ``x`` (``namef`` for a float32), as Numba lowers math.sqrt, log1p."""
+    suffix = "f" if isinstance(x.type, ir.FloatType) else ""
+    fn = pure_function(builder.module, ir.FunctionType(x.type, [x.type]), name + suffix)
+    return builder.call(fn, [x])
+
+
+def negated(builder, x):
+    return builder.fsub(ir.Constant(x.type, -0.0), x)  # as Numba negates: -0.0 - x
+
+
+def _logarithm(builder, x, pole, value):
+    """``value if x > pole else (-math.inf if x == pole else math.nan)``: a logarithm's
+    domain, as the NumPy reference has it."""
+    pole = ir.Constant(x.type, pole)
+    return builder.select(builder.fcmp_ordered(">", x, pole), widened(builder, value),
+                          builder.select(builder.fcmp_ordered("==", x, pole),
+                                         double(-math.inf), double(math.nan)))
+
+
+def _log(builder, x):
+    """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    return _logarithm(builder, x, 0.0, intrinsic_call(builder, "llvm.log", x))
+
+
+def _log1p(builder, x):
+    """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``"""
+    return _logarithm(builder, x, -1.0, libm_call(builder, "log1p", x))
+
+
+def _log2(builder, x):
+    """``math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    return _logarithm(builder, x, 0.0, intrinsic_call(builder, "llvm.log2", x))
+
+
+def _log10(builder, x):
+    """``math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+    return _logarithm(builder, x, 0.0, intrinsic_call(builder, "llvm.log10", x))
+
+
+def _sqrt(builder, x):
+    """``math.sqrt(x) if x >= 0 else math.nan``"""
+    return builder.select(builder.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0)),
+                          widened(builder, libm_call(builder, "sqrt", x)), double(math.nan))
+
+
+def _sign(builder, x):
+    """``type(x)(1) if x > 0 else (type(x)(-1) if x < 0 else x)``"""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered(">", x, zero), ir.Constant(x.type, 1.0),
+                          builder.select(builder.fcmp_ordered("<", x, zero),
+                                         ir.Constant(x.type, -1.0), x))
+
+
+def _logistic(builder, x):
+    """``1.0 / (1.0 + math.exp(-x))``"""
+    e = widened(builder, intrinsic_call(builder, "llvm.exp", negated(builder, x)))
+    return builder.fdiv(double(1.0), builder.fadd(double(1.0), e))
+
+
+def _positive_part(builder, x):
+    """``x if x > 0 else type(x)(0)``"""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered(">", x, zero), x, zero)
+
+
+def _relu(builder, x):
+    """``x if (x > 0 or x != x) else type(x)(0)``"""
+    return builder.select(builder.fcmp_unordered("!=", x, x), x, _positive_part(builder, x))
+
+
+def _softplus(builder, x):
+    """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))``"""
+    e = intrinsic_call(builder, "llvm.exp", negated(builder, intrinsic_call(builder, "llvm.fabs", x)))
+    return builder.fadd(libm_call(builder, "log1p", e), _positive_part(builder, x))
+
+
+def _floor(builder, x):
+    """``math.floor(x)`` as a float (NaN, infinities and the sign of a zero kept)"""
+    return intrinsic_call(builder, "llvm.floor", x)
+
+
+def _ceil(builder, x):
+    """``math.ceil(x)`` as a float (NaN, infinities and the sign of a zero kept)"""
+    return intrinsic_call(builder, "llvm.ceil", x)
+
+
+def _round(builder, x):
+    """``x`` rounded to a whole number, halves to even (``np.round``)"""
+    return intrinsic_call(builder, "llvm.rint", x)
+
+
+def _cbrt(builder, x):
+    """libm's ``cbrt(x)``, as ``np.cbrt``"""
+    return libm_call(builder, "cbrt", x)
+
+
+def _times_unless_zero(builder, x, value):
+    """``0.0 if x == 0 else x * value`` (``value`` a double)"""
+    product = builder.fmul(widened(builder, x), value)
+    return builder.select(builder.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)),
+                          double(0.0), product)
+
+
+def _xlogy(builder, x, y):
+    """``0.0 if x == 0 else x * _log(y)``"""
+    return _times_unless_zero(
+        builder, x, _logarithm(builder, y, 0.0, intrinsic_call(builder, "llvm.log", y)))
+
+
+def _xlog1py(builder, x, y):
+    """``0.0 if x == 0 else x * _log1p(y)``"""
+    return _times_unless_zero(
+        builder, x, _logarithm(builder, y, -1.0, libm_call(builder, "log1p", y)))
+
+
+# generated code's name of each helper of one float -> its builder (its caller converts an
+# integer argument to a float64, and rounds the result to the argument's type)
+FLOAT_HELPERS = {"_log": _log, "_log1p": _log1p, "_log2": _log2, "_log10": _log10,
+                 "_sqrt": _sqrt, "_sign": _sign, "_logistic": _logistic, "_relu": _relu,
+                 "_softplus": _softplus, "_floor": _floor, "_ceil": _ceil, "_round": _round,
+                 "_cbrt": _cbrt}
+# ... and of two floats (unified to one type first)
+PAIR_HELPERS = {"_xlogy": _xlogy, "_xlog1py": _xlog1py}
+
+
+def pick_extremum(builder, order, a, b):
+    """``a if (a <order> b or a != a) else b`` (NaN-propagating max with ``>``, min with
+    ``<``) of two floats or two bools of one type."""
+    if isinstance(a.type, ir.IntType):
+        pick = builder.icmp_unsigned(order, a, b)
+    else:
+        pick = builder.or_(builder.fcmp_ordered(order, a, b), builder.fcmp_unordered("!=", a, a))
+    return builder.select(pick, a, b)
+
+
+# -- tanh: libm's is a call per element (~10 ns) that stops LLVM from vectorising the loop; this
+#    one is branch-free straight-line code (Cephes' rational form below 0.625, fdlibm's exp
+#    above), within ~1.3 ulp of the exact value (libm's: ~2.1 ulp), NaN, +-inf and -0.0 kept.
+#    It is built once per module, and called (LLVM inlines it) --
+
+_TANH = "quabla.tanh"
+
+
+def _tanh_function(module):
+    """The float64 ``tanh`` of ``module`` (defined on first use):
+    tanh(x) = x + x z P(z) / Q(z) with z = x * x for |x| < 0.625, else
+    sign(x) (1 - 2 / (exp(2 |x|) + 1)) with |x| clamped to 22 (tanh rounds to 1 there). Both
+    sides share one division, and every choice is a select, so a loop around it vectorises."""
+    if _TANH in module.globals:
+        return module.globals[_TANH]
+    fn = ir.Function(module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]), _TANH)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    b, c = ir.IRBuilder(fn.append_basic_block()), double
+    (x,) = fn.args
+    ax = intrinsic_call(b, "llvm.fabs", x)
+    z = b.fmul(x, x)
+    e = _exp_0_45(b, b.fmul(c(2.0), b.select(b.fcmp_ordered("<", ax, c(22.0)), ax, c(22.0))))
+    small = b.fcmp_ordered("<", ax, c(0.625))
+    p = b.fsub(b.fmul(b.fsub(b.fmul(c(-9.64399179425052238628e-1), z),
+                             c(9.92877231001918586564e1)), z), c(1.61468768441708447952e3))
+    q = b.fadd(b.fmul(b.fadd(b.fmul(b.fadd(z, c(1.12811678491632931402e2)), z),
+                             c(2.23548839060100448583e3)), z), c(4.84406305325125486048e3))
+    t = b.fdiv(b.select(small, b.fmul(b.fmul(x, z), p), c(-2.0)),
+               b.select(small, q, b.fadd(e, c(1.0))))
+    big = b.fadd(c(1.0), t)
+    res = b.select(small, b.select(b.fcmp_unordered("!=", x, c(0.0)), b.fadd(x, t), x),
+                   b.select(b.fcmp_ordered("<", x, c(0.0)), negated(b, big), big))
+    b.ret(b.select(b.fcmp_ordered("==", ax, ax), res, x))  # NaN: x itself
+    return fn
+
+
+def _exp_0_45(b, x):
+    """exp(x) for 0 <= x <= 45 (fdlibm's reduction and rational approximation, < 1 ulp); the
+    power of two is built from its bits, so there is no call and no table."""
+    c = double
+    floor = pure_function(b.module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]), "floor")
+    k = b.fptosi(b.call(floor, [b.fadd(b.fmul(x, c(1.4426950408889634)), c(0.5))]), I64)
+    kf = b.sitofp(k, ir.DoubleType())
+    hi = b.fsub(x, b.fmul(kf, c(6.93147180369123816490e-01)))
+    lo = b.fmul(kf, c(1.90821492927058770002e-10))
+    r = b.fsub(hi, lo)
+    t = b.fmul(r, r)
+    acc = c(4.13813679705723846039e-08)
+    for coefficient in (-1.65339022054652515390e-06, 6.61375632143793436117e-05,
+                        -2.77777777770155933842e-03, 1.66666666666666019037e-01):
+        acc = b.fadd(c(coefficient), b.fmul(t, acc))
+    cc = b.fsub(r, b.fmul(t, acc))
+    y = b.fsub(c(1.0), b.fsub(b.fsub(lo, b.fdiv(b.fmul(r, cc), b.fsub(c(2.0), cc))), hi))
+    scale = b.bitcast(b.shl(b.add(k, ir.Constant(I64, 1023)), ir.Constant(I64, 52)), ir.DoubleType())
+    return b.fmul(y, scale)
+
+
+def tanh(builder, x):
+    """tanh of a double or float (rounded from the double result: more accurate than libm's
+    tanhf, and it still vectorises)."""
+    out = builder.call(_tanh_function(builder.module), [widened(builder, x)])
+    return out if out.type == x.type else builder.fptrunc(out, x.type)
+
+
+def integer_pow(builder, base, k):
+    """``base ** k`` for a whole ``k >= 0`` by repeated squaring, unrolled: the multiplies of
+    ``power_by_squaring`` (quabla/core/rules/elementwise.py) in its order, from 1."""
+    result = ir.Constant(base.type, 1.0)
+    while k:
+        if k & 1:
+            result = builder.fmul(result, base)
+        k >>= 1
+        if k:
+            base = builder.fmul(base, base)
+    return result
+
+
+def clamp_index(builder, x, count):
+    """The row of ``count`` (an i64) that the index ``x`` (an i64 or a float) selects, as
+    ``clamp_index`` in quabla/core/rules/structural.py: NaN is 0, rounded down, a negative
+    one counts from the end, then clamped into [0, count - 1]. As Python::
+
+        if i != i:
+            return 0
+        k = math.floor(i) if abs(i) < 1e18 else (n if i > 0 else -n)
+        if k < 0:
+            k += n
+        return min(max(k, 0), n - 1)
+    """
+    zero = ir.Constant(I64, 0)
+    if isinstance(x.type, ir.IntType):
+        k = x
+    else:  # fptosi of a value out of range is poison, but then the select takes n or -n
+        in_range = builder.fcmp_ordered("<", intrinsic_call(builder, "llvm.fabs", x),
+                                        ir.Constant(x.type, 1e18))
+        beyond = builder.select(builder.fcmp_ordered(">", x, ir.Constant(x.type, 0.0)),
+                                count, builder.neg(count))
+        down = intrinsic_call(builder, "llvm.floor", x)
+        k = builder.select(in_range, builder.fptosi(down, I64), beyond)
+    k = builder.select(builder.icmp_signed("<", k, zero), builder.add(k, count), k)
+    k = builder.select(builder.icmp_signed("<", k, zero), zero, k)
+    last = builder.sub(count, ir.Constant(I64, 1))
+    k = builder.select(builder.icmp_signed(">", k, last), last, k)
+    if not isinstance(x.type, ir.IntType):
+        k = builder.select(builder.fcmp_unordered("uno", x, x), zero, k)
+    return k
+
+
+# -- arrays over raw memory (see lowering/native.py for the calling convention) --
+
+def byte_pointer():
+    return ir.IntType(8).as_pointer()
+
+
+def _field(builder, base, offset):
+    """The pointer stored ``offset`` bytes into the C struct at ``base``."""
+    slot = builder.gep(builder.bitcast(base, byte_pointer()), [ir.Constant(I64, offset)])
+    return builder.load(builder.bitcast(slot, byte_pointer().as_pointer()))
+
+
+def arg_pointer(builder, objects, index, start, pointer_type):
+    """A pointer of ``pointer_type`` to element ``start`` (an i64) of the data of the array
+    ``args[index]`` (``index`` an i64), where ``objects`` is the entry's tuple object."""
+    items = builder.gep(builder.bitcast(objects, byte_pointer()), [ir.Constant(I64, TUPLE_ITEMS)])
+    item = builder.load(builder.gep(builder.bitcast(items, byte_pointer().as_pointer()), [index]))
+    data = builder.bitcast(_field(builder, item, ARRAY_DATA), pointer_type)
+    return builder.gep(data, [start])
+
+
+def _memory_call(builder, name, dst, operand, size):
+    kind = [byte_pointer(), size.type] if name == "llvm.memset" else \
+        [byte_pointer(), operand.type, size.type]
+    fn = builder.module.declare_intrinsic(name, kind)
+    return builder.call(fn, [builder.bitcast(dst, byte_pointer()), operand, size,
+                             ir.Constant(ir.IntType(1), 0)])
+
+
+def memmove(builder, dst, src, count, itemsize):
+    """``count`` (an i64) elements of ``itemsize`` bytes from ``src`` to ``dst``: one
+    ``llvm.memmove``, not a loop for LLVM to vectorise with its own overlap checks."""
+    return _memory_call(builder, "llvm.memmove", dst, builder.bitcast(src, byte_pointer()),
+                        builder.mul(count, ir.Constant(count.type, itemsize)))
+
+
+def memset(builder, dst, count, itemsize):
+    """``count`` (an i64) elements of ``itemsize`` bytes at ``dst`` set to zero bits (0, 0.0,
+    False): one ``llvm.memset``."""
+    return _memory_call(builder, "llvm.memset", dst, ir.Constant(ir.IntType(8), 0),
+                        builder.mul(count, ir.Constant(count.type, itemsize)))
+
+
+def entry_slot(builder, kind):
+    """A stack slot of ``kind`` in the function's entry block (which LLVM's first passes make
+    a register)."""
+    with builder.goto_entry_block():
+        return builder.alloca(kind)
+
+
+def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
+    """``out`` (m x n) = op(``a``) @ op(``b``) for pointers to C-contiguous matrices (the
+    sizes and flags i64 values), op transposing the operand whose flag ``ta``/``tb`` is
+    nonzero (then stored as k x m or n x k), by one call of the Fortran ``dgemm``/``sgemm``
+    named ``symbol`` (native.blas_symbols)."""
+    char, int32, void = ir.IntType(8), ir.IntType(32), byte_pointer()
+    fn = builder.module.globals.get(symbol) or ir.Function(builder.module, ir.FunctionType(
+        ir.VoidType(), [void, void] + [int32.as_pointer()] * 3 + [void, void,
+        int32.as_pointer(), void, int32.as_pointer(), void, void, int32.as_pointer()]), symbol)
+
+    def by_reference(value):  # Fortran takes every argument by address
+        slot = entry_slot(builder, value.type)
+        builder.store(value, slot)
+        return slot
+
+    def integer(value):
+        return by_reference(builder.trunc(value, int32))
+
+    def operand(trans, pointer, rows, cols):
+        # column-major BLAS sees a C matrix transposed: out^T = op(b)^T op(a)^T
+        flag = builder.icmp_signed("!=", trans, ir.Constant(I64, 0))
+        letter = builder.select(flag, ir.Constant(char, ord("t")), ir.Constant(char, ord("n")))
+        return (by_reference(letter), integer(builder.select(flag, rows, cols)),
+                builder.bitcast(pointer, void))
+
+    op_a, lda, pa_ = operand(tb, pb, k, n)
+    op_b, ldb, pb_ = operand(ta, pa, m, k)
+    scalar = pc.type.pointee
+    one = by_reference(ir.Constant(scalar, 1.0))
+    zero = by_reference(ir.Constant(scalar, 0.0))
+    builder.call(fn, [op_a, op_b, integer(n), integer(m), integer(k), builder.bitcast(one, void),
+                      pa_, lda, pb_, ldb, builder.bitcast(zero, void),
+                      builder.bitcast(pc, void), integer(n)])
