@@ -117,9 +117,10 @@ def externals(module):
 
 class ObjectCode:
     """The object code of an entry's LLVM module (parsed, or its text: parsed and verified
-    here), optimised (without unrolling) and compiled on a thread of its own: llvmlite
-    releases the GIL, so the front end of the next part runs meanwhile. ``result()`` waits:
-    ``(object code, external symbols)``."""
+    here, in an LLVM context of its own, which no other thread touches), optimised (without
+    unrolling) and compiled on a thread of its own: llvmlite releases the GIL, so the front
+    end of the next part runs meanwhile. ``result()`` waits: ``(object code, external
+    symbols)``."""
 
     def __init__(self, module):
         self._result = None
@@ -139,7 +140,8 @@ class ObjectCode:
     def _compile(self, module):
         try:
             if isinstance(module, str):
-                module = llvm.parse_assembly(module)
+                context = llvm.create_context()
+                module = llvm.parse_assembly(module, context)
                 module.verify()
             optimise(module)
             self._result = emit(module), externals(module)
