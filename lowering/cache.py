@@ -57,6 +57,7 @@ _DIRS = None  # (directory new entries go to, ((directory, owner uid) read in or
 # the modules of lowering whose code is compiled into every entry's machine code
 _LINKED_IN = ("numba_cpu/runtime.py", "numba_cpu/kernels.py", "numba_cpu/target.py",
               "numba_cpu/scalar_ir.py", "numba_cpu/direct.py", "numba_cpu/machine.py",
+              "numba_cpu/kernel_calls.py", "numba_cpu/lapack.py", "numba_cpu/lapack_kernels.py",
               "matrix_kernels.py")
 
 

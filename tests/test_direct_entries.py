@@ -92,7 +92,8 @@ def test_casts_and_tests_have_numba_s_bits(call, result, dtype):
     assert_same_bits(body, values, np.zeros(len(values), result))
 
 
-@pytest.mark.parametrize("call", ["_xlogy", "_xlog1py", "_max", "_min", "_pow"])
+@pytest.mark.parametrize("call", ["_xlogy", "_xlog1py", "_max", "_min", "_pow", "math.atan2",
+                                  "math.hypot"])
 @pytest.mark.parametrize("dtypes", [("float64", "float64"), ("float32", "float32"),
                                     ("float32", "float64")])
 def test_a_function_of_two_floats_has_numba_s_bits(call, dtypes):
@@ -213,7 +214,7 @@ def test_copies_zero_fills_and_products_have_numba_s_bits():
 
 
 @pytest.mark.parametrize("line", ["r0[0] = v0[0] % 2.0", "r0[0] = v0[0] // 2.0",
-                                  "r0[0] = _digamma(v0[0])", "r0[0] = math.atan2(v0[0], 1.0)",
+                                  "r0[0] = _digamma(v0[0])", "r0[0] = math.copysign(v0[0], 1.0)",
                                   "r0[0] = _pow(v0[0], 2)", "r0[0] = v1 + 1.0"])
 def test_what_it_does_not_know_is_left_to_numba(line):
     source = _source(f"""
@@ -226,17 +227,16 @@ def test_what_it_does_not_know_is_left_to_numba(line):
         direct.translate(source, "f")
 
 
-# why a primitive's part may go to Numba: array kernels, special functions, Python's float
-# floor division and remainder, two-argument math Numba implements itself
-LEFT_TO_NUMBA = ("not a plain entry", "call of _digamma", "call of _polygamma",
-                 "call of _erf_inv", "call of _ndtri", "Mod of", "FloorDiv of",
-                 "call of math.atan2", "call of math.hypot")
+# why a primitive's part may go to Numba: special functions, Python's float floor division and
+# remainder, two-argument math Numba implements itself
+LEFT_TO_NUMBA = ("call of _digamma", "call of _polygamma",
+                 "call of _erf_inv", "call of _ndtri", "Mod of", "FloorDiv of")
 
 
 def test_every_primitive_s_program_translates_but_for_what_numba_keeps():
     """The first rule-test case of each primitive with its gradient (device_cases): each part
-    of its entry translates, or needs one of ``LEFT_TO_NUMBA``; and at least 70 primitives'
-    programs translate whole (74 of 91 today) (their results are checked against the interpreter by every
+    of its entry translates, or needs one of ``LEFT_TO_NUMBA``; and at least 75 primitives'
+    programs translate whole (84 of 91 today: the array kernels' too) (their results are checked against the interpreter by every
     back-end test, which compiles them this way)."""
     whole, seen = 0, set()
     for case in device_cases.primitive_cases(np.random.default_rng(11)):
@@ -252,7 +252,7 @@ def test_every_primitive_s_program_translates_but_for_what_numba_keeps():
                 assert str(why).startswith(LEFT_TO_NUMBA), f"{case.name}: {why}"
                 translated = False
         whole += translated
-    assert whole >= 70, f"only {whole} of {len(seen)} primitives' programs translate"
+    assert whole >= 80, f"only {whole} of {len(seen)} primitives' programs translate"
 
 
 def test_a_process_whose_parts_translate_never_imports_numba(tmp_path):
@@ -302,7 +302,9 @@ BITS_SCRIPT = textwrap.dedent("""
     from lowering.numba_cpu import parts
     parts.PART_LINES = 12  # many parts per program
     rng = np.random.default_rng(11)
-    cases = (device_cases._transformed_cases(rng) + device_cases._control_cases(rng)
+    kernels = ("cholesky", "eigh", "qr", "slogdet", "solve", "sort", "svd", "triangular_solve")
+    cases = ([c for c in device_cases.primitive_cases(rng) if c.name.split("-")[0] in kernels]
+             + device_cases._transformed_cases(rng) + device_cases._control_cases(rng)
              + device_cases._math_cases(rng) + device_cases._indexing_cases(rng))
     for case in cases:
         out = qb.tree.flatten(qb.jit(case.fn)(*case.args))[0]
@@ -313,9 +315,11 @@ BITS_SCRIPT = textwrap.dedent("""
 
 
 def test_whole_programs_give_numba_s_bits(tmp_path):
-    """The device corpus's transformed, control-flow, math and indexing programs (float32, cut
-    into parts of a few lines), compiled in one process with every part given to Numba
-    (``QUABLA_DIRECT=0``) and in another translated here: the same bits, case by case."""
+    """The device corpus's array-kernel primitives (with their gradients), transformed,
+    control-flow, math and indexing programs (float32, cut into parts of a few lines),
+    compiled in one process with every part given to Numba (``QUABLA_DIRECT=0``) and in
+    another translated here (the kernels called through kernel_calls.py): the same bits,
+    case by case."""
     runs = []
     for direct_on in ("0", "1"):
         env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path / direct_on), QUABLA_DIRECT=direct_on,
@@ -326,3 +330,34 @@ def test_whole_programs_give_numba_s_bits(tmp_path):
     by_numba, translated = runs
     assert len(by_numba) > 20 and by_numba[:-2] == translated[:-2]
     assert by_numba[-2] == "True"
+
+
+SOLVE_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import quabla as qb
+    from lowering.numba_cpu import parts_compiled
+    a = np.eye(6) * 3.0 + np.linspace(0.0, 0.5, 36).reshape(6, 6)
+    b = np.linspace(-1.0, 1.0, 6)
+    term = float(sys.argv[1])  # another program each time
+    loss = lambda a, b: qb.sum(qb.linalg.solve(a, b) ** 2) + term * qb.sum(qb.linalg.cholesky(
+        a @ a.T)[:, 0])
+    value, grad = qb.jit(qb.value_and_grad(loss))(a, b)
+    x = np.linalg.solve(a, b)
+    want = np.sum(x ** 2) + term * np.sum(np.linalg.cholesky(a @ a.T)[:, 0])
+    assert abs(float(value) - want) < 1e-10 * abs(want), (float(value), want)
+    print(parts_compiled() > 0, "numba" in sys.modules)
+""")
+
+
+def test_a_program_with_array_kernels_compiles_without_numba_once_they_are_cached(tmp_path):
+    """The first program that solves and factors compiles the kernels' C functions with Numba
+    (kernel_calls.py); another program calling them in a new process compiles its own parts
+    without importing Numba, with the right values."""
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    outs = [subprocess.run([sys.executable, "-c", SOLVE_SCRIPT, term], env=env, check=True,
+                           capture_output=True, text=True).stdout.split()
+            for term in ("0.5", "0.25")]
+    assert outs[0] == ["True", "True"]
+    assert outs[1] == ["True", "False"]

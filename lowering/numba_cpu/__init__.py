@@ -23,7 +23,7 @@ import numpy as np
 from quabla.core.graph import Graph
 
 from .. import cache, native
-from . import direct, external, threads
+from . import direct, external, kernel_calls, threads
 from .codegen import FUNCTION_NAME, KERNELS, generate
 
 __all__ = ["compile_graph", "load_cached", "load_or_compile", "NativeExecutable", "module_source",
@@ -119,17 +119,14 @@ def _compile(key, source, path):
     """The entry of ``source``, its LLVM passes running on a thread of their own: translated
     to LLVM IR without Numba (``direct.DirectEntry``), or where that does not know the source
     (or ``DIRECT`` is off), ``numba_entry``."""
-    if _array_kernels(source):
-        external.ensure(source)  # Numba links the entry, and the kernels it calls by symbol
-        return numba_entry(key, source, path)
-    external.prefetch(source)  # needed when the object is linked (native.load)
-    if not DIRECT:
-        return numba_entry(key, source, path)
-    try:
-        with _deep_recursion():
-            return direct.compile_entry(key, source)
-    except direct.Unsupported:
-        return numba_entry(key, source, path)
+    if DIRECT:
+        external.prefetch(source)  # needed when the object is linked (native.load)
+        try:
+            with _deep_recursion():
+                return direct.compile_entry(key, source)
+        except direct.Unsupported:
+            pass
+    return numba_entry(key, source, path)
 
 
 def numba_entry(key, source, path):
@@ -137,6 +134,10 @@ def numba_entry(key, source, path):
     symbol names the key): its ``target.Entry``. The text is compiled directly: no bytecode is
     read from or written to the cache directory, and the module is not kept in
     ``sys.modules``."""
+    if _array_kernels(source):
+        external.ensure(source)  # Numba links the entry, and the kernels it calls by symbol
+    else:
+        external.prefetch(source)  # needed when the object is linked (native.load)
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
     with _deep_recursion(), _no_collection():
@@ -351,6 +352,7 @@ def _executable(graph, parts, constants, buffers, sources, phases):
 
 # kernels called by symbol are linked (or compiled) when an object names them
 native.resolver("quabla_k_", external.address)
+native.resolver(kernel_calls.PREFIX, kernel_calls.address)
 
 
 def load_cached(graph):

@@ -18,8 +18,9 @@ import math
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from . import machine
+from . import kernel_calls, machine
 from . import scalar_ir as sir
+from .codegen import KERNELS
 
 __all__ = ["Unsupported", "DirectEntry", "translate", "compile_entry"]
 
@@ -50,6 +51,7 @@ _MATH_INTRINSICS = {"math.exp": "llvm.exp", "math.log": "llvm.log", "math.log10"
 _MATH_LIBM = {f"math.{name}": name for name in (
     "log1p", "expm1", "erf", "erfc", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh",
     "sinh", "cosh", "tanh", "lgamma", "sqrt")}
+_MATH_LIBM2 = {"math.atan2": "atan2", "math.hypot": "hypot"}  # of two floats
 _MATH_CONSTANTS = {"math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi,
                    "math.e": math.e}
 _CASTS = {"_cast_float64": "f64", "np.float64": "f64", "float": "f64", "_cast_float32": "f32",
@@ -288,8 +290,12 @@ class _Function:
         if name in _MATH_LIBM and len(args) == 1:
             value, kind = self.float_argument(args[0])
             return sir.libm_call(self.b, _MATH_LIBM[name], value), kind
+        if name in _MATH_LIBM2 and len(args) == 2:
+            return self.libm_call2(_MATH_LIBM2[name], args)
         if name in _KERNELS and len(args) == 10:
             return self.kernel_call(*_KERNELS[name], args)
+        if name in KERNELS:
+            return self.array_kernel_call(name, args)
         method = getattr(self, "c" + name.replace("math.", "math_"), None) \
             if name.startswith(("_", "math.")) or name == "abs" else None
         if method is None or method.__code__.co_argcount != len(args) + 1:
@@ -319,6 +325,17 @@ class _Function:
         if kind not in allowed:
             raise Unsupported(f"helper of {kind}")
         return [self.cast(v, k, kind) for v, k in values], kind
+
+    def libm_call2(self, name, args):
+        """libm's ``name`` of two floats (integers as float64s), as Numba lowers
+        ``math.atan2`` and ``math.hypot``."""
+        (x, y), kind = self.unified(args, _NUMBERS)
+        if kind == "i64":
+            (x, y), kind = [self.cast(v, "i64", "f64") for v in (x, y)], "f64"
+        suffix = "f" if kind == "f32" else ""
+        fn = sir.pure_function(self.b.module, ir.FunctionType(_VALUE[kind], [_VALUE[kind]] * 2),
+                               name + suffix)
+        return self.b.call(fn, [x, y]), kind
 
     def c_arg(self, objects, k, start, dtype):
         if ast.unparse(dtype) not in _DTYPES or self.expr(objects)[1] != "args":
@@ -428,6 +445,28 @@ class _Function:
         self.b.call(fn, [p for p, _ in pointers] + [self.index(v) for v in args[4:]])
         return None, "none"
 
+    def array_kernel_call(self, name, args):
+        """An array kernel on ``carray`` views (and literal flags): a call of its C function
+        of pointers and sizes (kernel_calls.py)."""
+        values, kinds = [], []
+        for arg in args:
+            if isinstance(arg, ast.Call) and ast.unparse(arg.func) == "carray" \
+                    and len(arg.args) == 2 and isinstance(arg.args[1], ast.Tuple):
+                pointer, element = self.pointer(arg.args[0])
+                sizes = [self.index(size) for size in arg.args[1].elts]
+                values += [pointer] + sizes
+                kinds.append(kernel_calls.array_kind(element, len(sizes)))
+            elif isinstance(arg, ast.Constant) and type(arg.value) in (bool, int):
+                values.append(ir.Constant(_I64, int(arg.value)))
+                kinds.append("b" if type(arg.value) is bool else "i")
+            else:
+                raise Unsupported(f"an argument of {name}")
+        symbol = kernel_calls.symbol(name, kinds)
+        kind = ir.FunctionType(ir.VoidType(), [v.type for v in values])
+        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, kind, symbol)
+        self.b.call(fn, values)
+        return None, "none"
+
     # -- statements --
 
     def block(self, name):
@@ -532,19 +571,17 @@ class _Function:
 
 
 def _entry_body(source):
-    """The body of generated ``source``'s one function, if it is an entry without Numba's
-    runtime (nothing but the standard header around it)."""
+    """The body of generated ``source``'s one function (an entry: nothing but imports around
+    it, and the decorator of numba_cpu/__init__.py; one that calls the array kernels has
+    Numba count references, which their C functions here do not need)."""
     tree = ast.parse(source)
     functions = [s for s in tree.body if isinstance(s, ast.FunctionDef)]
     others = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.Import,
                                                            ast.ImportFrom))]
-    if len(functions) != 1 or others or any(
-            isinstance(s, ast.ImportFrom) and s.module in ("numba", "lowering.numba_cpu.kernels")
-            for s in tree.body):
-        raise Unsupported("not a plain entry")
-    (decorator,) = functions[0].decorator_list
-    if ast.unparse(decorator) != "entry(lean_pipeline(), nrt=False)":
-        raise Unsupported("an entry with reference counts")
+    if len(functions) != 1 or others or len(functions[0].decorator_list) != 1 or ast.unparse(
+            functions[0].decorator_list[0]) not in ("entry(lean_pipeline(), nrt=False)",
+                                                   "entry(lean_pipeline(), nrt=True)"):
+        raise Unsupported("not an entry")
     return functions[0].body
 
 

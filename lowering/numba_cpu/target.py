@@ -39,7 +39,7 @@ from numba.core.typing.context import Context
 
 from . import machine
 
-__all__ = ["entry", "Entry", "EntryLibrary", "kernel", "ready"]
+__all__ = ["entry", "c_function", "Entry", "EntryLibrary", "kernel", "ready"]
 
 NAME = "quabla_cpu"
 
@@ -252,22 +252,26 @@ def entry(pipeline_class, nrt=False):
     target with ``pipeline_class``, as ``numba.cfunc`` would for the CPU target. An entry
     allocates nothing; one that makes arrays (``carray`` views for the kernels) needs ``nrt``:
     Numba then counts their references."""
-    def compile_entry(function):
-        flags = compiler.Flags()
-        cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
-        flags.no_cpython_wrapper = True
-        flags.no_cfunc_wrapper = False
-        flags.no_compile = True
-        flags.enable_pyobject = False
-        flags.nrt = nrt
-        # while typing, templates that resolve "the current target" find this one
-        with global_compiler_lock, target_override(NAME):
-            result = compiler.compile_extra(
-                _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
-                args=(types.voidptr,), return_type=types.void, flags=flags, locals={},
-                pipeline_class=pipeline_class)
-            return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name, nrt)
-    return compile_entry
+    return lambda function: c_function(function, (types.voidptr,), pipeline_class, nrt)
+
+
+def c_function(function, argtypes, pipeline_class, nrt=False):
+    """``function`` compiled for this target as a C function ``void f(argtypes...)``: its
+    ``Entry``."""
+    flags = compiler.Flags()
+    cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = False
+    flags.no_compile = True
+    flags.enable_pyobject = False
+    flags.nrt = nrt
+    # while typing, templates that resolve "the current target" find this one
+    with global_compiler_lock, target_override(NAME):
+        result = compiler.compile_extra(
+            _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
+            args=tuple(argtypes), return_type=types.void, flags=flags, locals={},
+            pipeline_class=pipeline_class)
+        return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name, nrt)
 
 
 def ready():
