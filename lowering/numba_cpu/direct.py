@@ -195,6 +195,8 @@ class _Function:
         if op is ast.Div and kind == "i64":
             kind = "f64"  # true division of integers
         a, c = self.cast(a, ta, kind), self.cast(c, tc, kind)
+        if op in (ast.FloorDiv, ast.Mod) and kind in _FLOATS:
+            return sir.float_divmod(b, a, c)[op is ast.Mod], kind
         if kind == "i64":
             emit = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}.get(op)
         else:

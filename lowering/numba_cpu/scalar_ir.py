@@ -19,7 +19,7 @@ from llvmlite import ir
 from ..native import ARRAY_DATA, TUPLE_ITEMS
 
 __all__ = ["double", "widened", "intrinsic_call", "libm_call", "pure_function", "negated",
-           "FLOAT_HELPERS", "PAIR_HELPERS", "pick_extremum", "tanh", "integer_pow",
+           "FLOAT_HELPERS", "PAIR_HELPERS", "float_divmod", "pick_extremum", "tanh", "integer_pow",
            "clamp_index", "arg_pointer", "byte_pointer", "memmove", "memset", "entry_slot",
            "gemm"]
 
@@ -175,6 +175,32 @@ FLOAT_HELPERS = {"_log": _log, "_log1p": _log1p, "_log2": _log2, "_log10": _log1
                  "_cbrt": _cbrt}
 # ... and of two floats (unified to one type first)
 PAIR_HELPERS = {"_xlogy": _xlogy, "_xlog1py": _xlog1py}
+
+
+def float_divmod(builder, x, y):
+    """``(x // y, x % y)`` of two floats of one type as Python (and Numba) computes them:
+    the remainder takes the divisor's sign, the quotient is snapped to a whole number, a zero
+    keeps the sign of the true quotient; by zero, ``x / y`` and ``fmod(x, y)``. (Numba's
+    branches, as selects: the same results.)"""
+    zero, one = ir.Constant(x.type, 0.0), ir.Constant(x.type, 1.0)
+    mod = builder.frem(x, y)
+    div = builder.fdiv(builder.fsub(x, mod), y)
+    y_negative = builder.fcmp_ordered("<", y, zero)
+    mod_nonzero = builder.fcmp_unordered("!=", mod, zero)
+    flip = builder.and_(mod_nonzero, builder.icmp_unsigned(
+        "!=", y_negative, builder.fcmp_ordered("<", mod, zero)))
+    div = builder.select(flip, builder.fsub(div, one), div)
+    mod = builder.select(mod_nonzero, builder.select(flip, builder.fadd(mod, y), mod),
+                         builder.select(y_negative, ir.Constant(x.type, -0.0), zero))
+    floor = libm_call(builder, "floor", div)
+    floor = builder.select(builder.fcmp_ordered(">", builder.fsub(div, floor),
+                                                ir.Constant(x.type, 0.5)),
+                           builder.fadd(floor, one), floor)
+    signed_zero = builder.fdiv(builder.fmul(builder.fmul(div, div), x), y)
+    quotient = builder.select(builder.fcmp_ordered("!=", div, zero), floor, signed_zero)
+    by_zero = builder.fcmp_ordered("==", y, zero)
+    return (builder.select(by_zero, builder.fdiv(x, y), quotient),
+            builder.select(by_zero, builder.frem(x, y), mod))
 
 
 def pick_extremum(builder, order, a, b):
