@@ -298,6 +298,8 @@ class _Function:
             return self.kernel_call(*_KERNELS[name], args)
         if name in KERNELS:
             return self.array_kernel_call(name, args)
+        if name in kernel_calls.SCALAR_KERNELS:
+            return self.special_function_call(name, args)
         method = getattr(self, "c" + name.replace("math.", "math_"), None) \
             if name.startswith(("_", "math.")) or name == "abs" else None
         if method is None or method.__code__.co_argcount != len(args) + 1:
@@ -468,6 +470,18 @@ class _Function:
         fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, kind, symbol)
         self.b.call(fn, values)
         return None, "none"
+
+    def special_function_call(self, name, args):
+        """A special function of numbers: a call of its C function (kernel_calls.py), whose
+        result has the type of its last argument, a float."""
+        values = [self.expr(arg) for arg in args]
+        kind = values[-1][1]
+        if kind not in _FLOATS or any(k not in _NUMBERS for _, k in values):
+            raise Unsupported(f"{name} of {[k for _, k in values]}")
+        symbol = kernel_calls.symbol(name, [kernel_calls.scalar_kind(k) for _, k in values])
+        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, ir.FunctionType(
+            _VALUE[kind], [_VALUE[k] for _, k in values]), symbol)
+        return self.b.call(fn, [v for v, _ in values]), kind
 
     # -- statements --
 

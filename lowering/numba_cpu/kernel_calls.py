@@ -1,11 +1,13 @@
 """The array kernels (kernels.py: the solvers, decompositions and sort) as C functions of
-pointers and sizes, which parts translated without Numba (direct.py) call by symbol.
+pointers and sizes, and the special functions (runtime.py: digamma, polygamma, the inverse
+error function, ndtri) as C functions of numbers, which parts translated without Numba
+(direct.py) call by symbol.
 
 A kernel is Python that Numba compiles (lowering/matrix_kernels.py, which numba.cuda compiles
 too). A part that Numba compiles calls it on ``carray`` views, linked into the part; a
 translated part instead calls ``quabla_n_<kernel>__<kinds>``: a C function taking each array as
 its data pointer and sizes and each flag as an int64, which makes the views and calls the
-kernel. That function is compiled by Numba the first time a process needs it and cached like
+kernel (a special function's takes and returns its numbers). That function is compiled by Numba the first time a process needs it and cached like
 an entry (its object code, verified, keyed by its symbol and the kernels' sources), so a
 process that finds it in the cache links it without importing Numba: a program that solves,
 factors or sorts compiles in a fresh process as one that does not.
@@ -15,12 +17,15 @@ import threading
 
 from .. import cache, native
 
-__all__ = ["PREFIX", "symbol", "array_kind", "address"]
+__all__ = ["PREFIX", "SCALAR_KERNELS", "symbol", "array_kind", "scalar_kind", "address"]
 
 PREFIX = "quabla_n_"
 _CODES = {"f64": "f8", "f32": "f4", "i64": "i8", "bool": "b1"}
 _DTYPES = {"f8": "float64", "f4": "float32", "i8": "int64", "b1": "boolean"}
 _FUNCTION = "quabla_kernel_call"
+# the special functions: Numba functions of numbers (runtime.py), whose result has the type of
+# their (last) float argument
+SCALAR_KERNELS = ("_digamma", "_polygamma", "_erf_inv", "_ndtri")
 
 _lock = threading.RLock()
 _linked = {}  # symbol -> (handle, address)
@@ -31,9 +36,15 @@ def array_kind(element, ndim):
     return f"{_CODES[element]}x{ndim}"
 
 
+def scalar_kind(kind):
+    """The kind of a number argument of a special function (direct.py's type name)."""
+    return _CODES[kind]
+
+
 def symbol(kernel, kinds):
     """The symbol of ``kernel`` (its name in generated code) called with arguments of
-    ``kinds``: ``array_kind``s, ``"b"`` for a bool flag, ``"i"`` for an integer one."""
+    ``kinds``: ``array_kind``s, ``"b"`` for a bool flag, ``"i"`` for an integer one, or a
+    special function's ``scalar_kind``s."""
     return f"{PREFIX}{kernel.lstrip('_')}__{'_'.join(kinds)}"
 
 
@@ -43,7 +54,12 @@ def _parse(name):
 
 
 def _source(kernel, kinds):
-    """The Python of the C function: views made from pointers and sizes, flags converted."""
+    """The Python of the C function: views made from pointers and sizes, flags converted;
+    or a special function's call."""
+    if kernel in SCALAR_KERNELS:
+        params = ", ".join(f"a{k}" for k in range(len(kinds)))
+        return (f"from lowering.numba_cpu.runtime import {kernel}\n\n\n"
+                f"def {_FUNCTION}({params}):\n    return {kernel}({params})\n")
     params, args = [], []
     for k, kind in enumerate(kinds):
         if kind in ("b", "i"):
@@ -68,16 +84,20 @@ def _compile(name, key):
     from .target import c_function
 
     kernel, kinds = _parse(name)
-    argtypes = []
+    argtypes, restype = [], types.void
     for kind in kinds:
         if kind in ("b", "i"):
             argtypes.append(types.int64)
+        elif kind in _DTYPES:  # a number
+            argtypes.append(getattr(types, _DTYPES[kind]))
+            restype = argtypes[-1]
         else:
             code, rank = kind.split("x")
             argtypes += [types.CPointer(getattr(types, _DTYPES[code]))] + [types.int64] * int(rank)
     module = pytypes.ModuleType(f"quabla_cache.{key}")
     exec(compile(_source(kernel, kinds), f"<{name}>", "exec"), module.__dict__)
-    entry = c_function(getattr(module, _FUNCTION), argtypes, lean_pipeline(), nrt=True)
+    entry = c_function(getattr(module, _FUNCTION), argtypes, lean_pipeline(), nrt=True,
+                       restype=restype)
     code, symbols = entry.result()
     return code, entry.native_name, symbols
 

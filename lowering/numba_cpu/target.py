@@ -255,8 +255,8 @@ def entry(pipeline_class, nrt=False):
     return lambda function: c_function(function, (types.voidptr,), pipeline_class, nrt)
 
 
-def c_function(function, argtypes, pipeline_class, nrt=False):
-    """``function`` compiled for this target as a C function ``void f(argtypes...)``: its
+def c_function(function, argtypes, pipeline_class, nrt=False, restype=types.void):
+    """``function`` compiled for this target as a C function ``restype f(argtypes...)``: its
     ``Entry``."""
     flags = compiler.Flags()
     cpu.CPUTargetOptions.parse_as_flags(flags, {"error_model": "numpy"})
@@ -269,7 +269,7 @@ def c_function(function, argtypes, pipeline_class, nrt=False):
     with global_compiler_lock, target_override(NAME):
         result = compiler.compile_extra(
             _DESCRIPTOR.typing_context, _DESCRIPTOR.target_context, function,
-            args=tuple(argtypes), return_type=types.void, flags=flags, locals={},
+            args=tuple(argtypes), return_type=restype, flags=flags, locals={},
             pipeline_class=pipeline_class)
         return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name, nrt)
 
