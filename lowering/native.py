@@ -306,7 +306,7 @@ class _Sequence:
 
     __slots__ = ("engine", "parts", "__weakref__")
 
-    def __init__(self, parts, addresses, control):
+    def __init__(self, parts, addresses, control, phases):
         llvm = _binding()
         for name, address in addresses.items():
             llvm.add_symbol(name, address)
@@ -320,7 +320,8 @@ class _Sequence:
                              f"  call void %f{k}(i8* %args)\n")
         if control is None:
             body = "".join(calls) + "  ret void\n"
-        else:  # ctl[0] of the array args[control] picks the part
+        else:  # ctl[0] of the array args[control] picks the phase
+            last = phases - 1
             body = (f"  %item = getelementptr i8, i8* %args, i64 {TUPLE_ITEMS + 8 * control}\n"
                     "  %itemp = bitcast i8* %item to i8**\n"
                     "  %array = load i8*, i8** %itemp\n"
@@ -328,9 +329,10 @@ class _Sequence:
                     "  %fieldp = bitcast i8* %field to i64**\n"
                     "  %row = load i64*, i64** %fieldp\n"
                     "  %phase = load i64, i64* %row\n"
-                    f"  switch i64 %phase, label %p{len(calls) - 1} ["
-                    + " ".join(f"i64 {k}, label %p{k}" for k in range(len(calls) - 1)) + "]\n"
-                    + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls)))
+                    f"  switch i64 %phase, label %p{last} ["
+                    + " ".join(f"i64 {k}, label %p{k}" for k in range(last)) + "]\n"
+                    + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
+                    + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
         ir = "".join(declared) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
         # a few calls: LLVM's quick instruction selection (opt=0) compiles them in a third
         # of the time, and a warm first call compiles one
@@ -345,11 +347,11 @@ class _Sequence:
         finalizer.atexit = False
 
 
-def sequence(parts, control=None):
+def sequence(parts, control=None, phases=None):
     """``(handle, address)`` of one entry ``void entry(args)`` that calls the entries of
-    ``parts`` in order; with ``control``, only the part numbered by the first element of the
-    int64 array ``args[control]`` (the last part for any number past it): the phases of a
-    threaded entry. A part is ``(object code, entry, addresses)`` (as ``load`` takes it),
+    ``parts`` in order; with ``control``, only phase ``p``'s: the first element of the int64
+    array ``args[control]``, which runs part ``p``, the last of ``phases`` (and any number past
+    it) every part from there on: the phases of a threaded entry. A part is ``(object code, entry, addresses)`` (as ``load`` takes it),
     linked in the one engine with the others (an engine costs a warm first call ~1.5 ms), or
     ``(handle, address)`` of an entry linked elsewhere (``load``, or Numba's own copy)."""
     addresses = {}
@@ -357,7 +359,7 @@ def sequence(parts, control=None):
         if len(part) == 3:
             addresses.update(part[2])
     with _lock:
-        held = _Sequence(parts, addresses, control)
+        held = _Sequence(parts, addresses, control, phases or len(parts))
         address = held.engine.get_function_address("quabla_sequence")
     return held, address
 

@@ -354,3 +354,26 @@ def test_a_program_with_array_kernels_compiles_without_numba_once_they_are_cache
             for term in ("0.5", "0.25")]
     assert outs[0] == ["True", "True"]
     assert outs[1] == ["True", "False"]
+
+
+def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
+    """A kernel's C function is a cache entry like any other: its object corrupted, the next
+    process refuses it, compiles it again (with Numba) and gets the right values."""
+    import glob
+    import json
+
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    run = lambda: subprocess.run([sys.executable, "-c", SOLVE_SCRIPT, "0.5"], env=env,  # noqa: E731
+                                 check=True, capture_output=True, text=True).stdout.split()
+    run()
+    tampered = 0
+    for manifest in glob.glob(str(tmp_path / "qb_*.manifest.json")):
+        with open(manifest) as f:
+            if "quabla_kernel_call" in json.load(f)["entry"]:
+                with open(manifest.replace(".manifest.json", ".o"), "r+b") as obj:
+                    obj.write(b"\x00planted\x00")
+                tampered += 1
+    assert tampered >= 2  # solve, cholesky and what their gradients call
+    assert run() == ["False", "True"]  # the program's own parts from the cache; Numba again
+    assert run() == ["False", "False"]  # and the kernels stored again

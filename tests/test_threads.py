@@ -283,3 +283,37 @@ def test_a_forked_child_runs_threaded_programs(tmp_path):
     done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_penalty_recompiles_only_the_last_part_of_a_threaded_entry(split):
+    """A threaded PINN gradient (a vmapped second derivative of an MLP) whose work after the
+    tile loop is long enough ends in a part of its own: the schedule's last tail phase
+    (codegen's ``phased``; ``native.sequence`` runs both parts for the last phase). An L2
+    penalty on the parameters changes that part alone; both programs give the interpreter's
+    results, twice."""
+    split(2)
+    rng = np.random.default_rng(5)
+    params = [(rng.normal(size=(m, n)) / np.sqrt(m), 0.01 * rng.normal(size=n))
+              for m, n in ((1, 32), (32, 32), (32, 1))]
+    xs = rng.uniform(0.0, 1.0, 512)
+
+    def net(p, t):
+        h = qb.reshape(t, (1,))
+        for w, b in p[:-1]:
+            h = qb.tanh(h @ w + b)
+        return (h @ p[-1][0] + p[-1][1])[0]
+
+    def loss(p, xs, penalty):
+        u_xx = qb.vmap(qb.grad(qb.grad(net, 1), 1), in_axes=(None, 0))(p, xs)
+        out = qb.mean((u_xx + qb.sin(xs)) ** 2)
+        return out + 1e-4 * sum(qb.sum(a * a) for a in qb.tree.leaves(p)) if penalty else out
+
+    sources = []
+    for penalty in (False, True):
+        fn = qb.grad(lambda p, xs, penalty=penalty: loss(p, xs, penalty))
+        graph, executable, values, expected = _threaded(fn, params, xs)
+        _check(executable, values, expected)
+        sources.append(module_source(graph)[0])
+    original, edited = sources
+    assert len(original) == len(edited) == 4
+    assert original[:3] == edited[:3] and original[3] != edited[3]

@@ -345,7 +345,8 @@ def _executable(graph, parts, constants, buffers, sources, phases):
     if len(parts) == 1:
         handle, address = native.load(*parts[0]) if len(parts[0]) == 3 else parts[0]
     else:
-        handle, address = native.sequence(parts, control if phases else None)
+        handle, address = native.sequence(parts, control if phases else None,
+                                          len(phases) if phases else None)
     return NativeExecutable(graph, address, handle, constants, buffers, "\n".join(sources),
                             phases)
 

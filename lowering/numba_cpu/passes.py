@@ -11,7 +11,8 @@ import re
 from ..loopnest.buffers import PRIVATE, dtype_of
 from . import threads
 from .source import Named, argument
-from .statements import Assign, Block, Loop, assigned, assignments, exposed, names, walk
+from .statements import (Assign, Block, Loop, assigned, assignments, exposed, names, render,
+                         walk)
 
 __all__ = ["check_integers", "views", "propagate", "phased", "private_buffers", "Handover"]
 
@@ -248,14 +249,15 @@ class Handover:
         return [f"sp{n}[0] = {n}" for n in sorted(assigned(items) & set(self.spills))]
 
 
-def phased(e, graph, first):
+def phased(e, graph, first, tail_lines=40):
     """The bodies of a threaded entry's phases, each compiled as a function of its own (a
     part; ``native.sequence`` calls the one ``ctl[0]`` names). Phase 0 runs what comes before
     the tile loop; phase 1, on thread ``ctl[1]``, runs tiles from row ``ctl[2]`` to ``ctl[3]``
-    with that thread's scratch; phase 2 combines the threads' partials and runs the rest. What
-    a later phase reads from an earlier one is handed over (``Handover``). Returns
-    ``(bodies, control rows)``, or None if something else would cross (an array variable
-    rebound in a loop)."""
+    with that thread's scratch; phase 2 combines the threads' partials and runs the rest,
+    in two parts where the last phase of the schedule's tail begins after at least
+    ``tail_lines`` lines of it (a penalty on the parameters then recompiles that alone). What a later part reads from an
+    earlier one is handed over (``Handover``). Returns ``(bodies, control rows)``, or None if
+    something else would cross (an array variable rebound in a loop)."""
     a, b = e.split
     pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]
     post_assigned = {item.targets[0] for item in assignments(post) if len(item.targets) == 1}
@@ -264,9 +266,19 @@ def phased(e, graph, first):
     handover = Handover(e, graph)
     handover.add(pre)
     take_over = handover.take_over
-    into_loop, into_post = take_over(loop), take_over(post)
+    into_loop = take_over(loop)
+    head, tail, into_tail = post, [], []
+    starts = [k - b for phase, k in e.phase_items.items() if phase and b < k < len(e.code.items)]
+    if starts and len(render(post[:max(starts)])) >= tail_lines:
+        head, tail = post[:max(starts)], post[max(starts):]
+    into_post = take_over(head)
+    if tail:
+        handover.add(head)
+        into_tail = take_over(tail, late=True)
     if into_loop is None or into_post is None:
         return None
+    if into_tail is None:  # the tail cannot be handed what it reads: one part after the loop
+        return phased(e, graph, first, tail_lines=math.inf)
     handover.allocate()
     shared = sorted(n for n in e.plan.size if not n.endswith(PRIVATE))
     private = private_buffers(e)
@@ -286,9 +298,11 @@ def phased(e, graph, first):
     parts = views([(var, _thread_buffer(private.index(name), t), start)
                     for var, name, start, _, t in e.partials],
                    {k: v for t in range(e.threads) for k, v in pointers(t).items()})
-    stores = [f"sp{n}[0] = {n}" for n in sorted(handover.spills)]
-    bodies = [pre + stores, [Assign("thread", "ctl[1]")] + own + into_loop + loop,
-              into_post + parts + post]
+    bodies = [pre + handover.stores(pre), [Assign("thread", "ctl[1]")] + own + into_loop + loop,
+              into_post + parts + head + handover.stores(head)]
+    if tail:  # (with the partials' views if it reads one)
+        read = names(tail) & {item.targets[0] for item in parts}
+        bodies.append(into_tail + (parts if read else []) + tail)
     t = e.threaded
     phases = ([(0, 0, 0, 0)], [(1, k, lo, hi) for k, (lo, hi) in
                                enumerate(threads.blocks(t.extent, t.tile, e.threads))], [(2, 0, 0, 0)])
