@@ -17,7 +17,8 @@ import pytest
 import quabla as qb
 import device_cases
 from lowering import cache
-from lowering.numba_cpu import load_cached, module_source, parts
+from lowering.numba_cpu import compile_graph, load_cached, module_source, parts
+from quabla.core.expand import expand
 from quabla.core.interpret import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -219,6 +220,34 @@ def test_a_constant_the_edit_also_reads_keeps_its_place():
                         for f in (loss, lambda t: loss(t) + 0.01 * qb.sum(t ** 2)))
     assert len(original) == len(edited) == 2
     assert edited[0] == original[0] and edited[1] != original[1]
+
+
+def test_a_penalty_that_shares_a_value_with_the_program_keeps_its_middle_part():
+    """A 1D Poisson solve by ``cg`` and the gradient w.r.t. the source; the edit adds an L2
+    penalty on the source, which is CG's first residual norm (x0 = 0): the value becomes one
+    more that the tail reads from the first part. Its slot comes after those of the
+    program's own results (``Handover.allocate``), so the CG loop's part is the original's;
+    the edited program gives the interpreter's results."""
+    n = 32
+
+    def apply(u):
+        left = qb.concatenate([qb.zeros(1), u[:-1]])
+        right = qb.concatenate([u[1:], qb.zeros(1)])
+        return (2.0 * u - left - right) * (n + 1) ** 2
+
+    def loss(s):
+        u = qb.linalg.cg(apply, s, tol=1e-10)[0]
+        return qb.sum(u * u)
+
+    source = qb.array(np.random.default_rng(2).uniform(-1.0, 1.0, n))
+    graphs = [expand(qb.jit(qb.value_and_grad(f)).lower(source).graph)
+              for f in (loss, lambda s: loss(s) + 1e-4 * qb.sum(s * s))]
+    original, edited = (module_source(graph)[0] for graph in graphs)
+    assert len(original) == len(edited) == 3
+    assert edited[1] == original[1] and edited[0] != original[0]
+    compiled = compile_graph(graphs[1], {})
+    for ours, theirs in zip(compiled(np.asarray(source)), evaluate(graphs[1], [np.asarray(source)])):
+        np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-10)
 
 
 @pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])

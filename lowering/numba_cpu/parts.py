@@ -59,7 +59,7 @@ def split(e, graph, items, part_lines=None):
         intros, failed = [], None
         for k, (a, b) in enumerate(bounds):
             intro = [] if k == 0 else handover.take_over(
-                items[a:b], late=bool(phases) and a >= phases[0])
+                items[a:b], late=sum(1 for start in phases if start <= a))
             if intro is None:
                 failed = k
                 break

@@ -194,7 +194,7 @@ class Handover:
         self.before = []                 # the statements before, in order
         self.top, self.rebound = {}, set()  # names bound once at the top level; otherwise
         self.spills = {}
-        self.late = set()  # spilled values first read by the tail (``take_over``'s ``late``)
+        self.late = {}  # spilled value first read by the tail -> the phase of its first reader
 
     def add(self, items):
         """``items`` now come before the parts still to hand over to."""
@@ -205,9 +205,9 @@ class Handover:
             else:
                 self.rebound |= assigned([item])
 
-    def take_over(self, block, late=False):
+    def take_over(self, block, late=0):
         """The statements that give ``block`` what it reads from before (None: cannot);
-        ``late``: it is a part of the schedule's tail."""
+        ``late``: the phase of the schedule's tail that it is a part of (0: none)."""
         defined = set(self.top) | self.rebound
         replay, spills = {}, {}
         needed, todo = set(), sorted(exposed(block) & defined)
@@ -231,17 +231,22 @@ class Handover:
                 return None
         self.spills.update(spills)
         if late:
-            self.late.update(spills)
+            self.late.update((name, late) for name in spills)
         chosen = {id(replay[n]) for n in needed if n in replay}
         return ([item for item in self.before if id(item) in chosen]
                 + [Assign(n, f"sp{n}[0]") for n in sorted(needed) if n in self.spills])
 
     def allocate(self):
         """A slot of shared scratch for each spilled value (once the parts are settled), in
-        the order of their nodes, those first read by the tail last: an edit that adds to the
-        tail moves no slot of a value the rest reads."""
-        for name, dtype in sorted(self.spills.items(),
-                                  key=lambda item: (item[0] in self.late, int(item[0][1:]))):
+        the order of their nodes; those first read by the tail last, by the phase of their
+        first reader, the latest node first: a term an edit adds to the tail (a penalty on the
+        parameters) reads the parameters, or a value the program computed early on that it
+        now shares (CG's first residual norm and an L2 penalty on the source are one sum),
+        whose slot then comes after those of the program's own results, which keep theirs."""
+        def order(item):
+            late = self.late.get(item[0], 0)
+            return late, -int(item[0][1:]) if late else int(item[0][1:])
+        for name, dtype in sorted(self.spills.items(), key=order):
             self.e.slots.append((f"sp{name}", dtype, self.e.plan.append(dtype, 1), (1,)))
 
     def stores(self, items):
@@ -274,7 +279,8 @@ def phased(e, graph, first, tail_lines=40):
     into_post = take_over(head)
     if tail:
         handover.add(head)
-        into_tail = take_over(tail, late=True)
+        into_tail = take_over(tail, late=max(
+            phase for phase, k in e.phase_items.items() if k == b + len(head)))
     if into_loop is None or into_post is None:
         return None
     if into_tail is None:  # the tail cannot be handed what it reads: one part after the loop
