@@ -19,6 +19,7 @@ from lowering import cache, native
 from lowering.numba_cpu import direct, entry_module, module_source, numba_entry, scalar_ir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DTYPE_NAMES = {"float64": "float64", "float32": "float32", "int64": "int64", "bool": "bool_"}
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300, -2.5, 0.3, 1.0, 700.0, -745.0, 1e308,
            0.5, -1.0, 3.7, 22.5, -0.625, 0.624, 1e-8, -30.0]
 N = len(SPECIAL)
@@ -36,29 +37,31 @@ def _run(entry, arrays):
     return copies
 
 
-def both(body, *arrays):
-    """The arrays after ``body`` ran as translated here and as Numba compiled it."""
-    source = _source(body)
+def both(body, **arrays):
+    """The arrays after ``body`` ran as translated here and as Numba compiled it, each bound
+    to its name (``name = _arg(args, k, 0, np.<dtype>)``) in the order given."""
+    header = "".join(f"{name} = _arg(args, {k}, 0, np.{_DTYPE_NAMES[a.dtype.name]})\n"
+                     for k, (name, a) in enumerate(arrays.items()))
+    arrays = list(arrays.values())
+    source = _source(header + textwrap.dedent(body))
     key = cache.entry_key(source)
     translated = _run(direct.compile_entry(key, source), arrays)
     compiled = _run(numba_entry(key, source, "part.py"), arrays)
     return translated, compiled
 
 
-def assert_same_bits(body, *arrays):
-    translated, compiled = both(body, *arrays)
+def assert_same_bits(body, **arrays):
+    translated, compiled = both(body, **arrays)
     for a, b in zip(translated, compiled):
         assert a.dtype == b.dtype
         assert a.tobytes() == b.tobytes(), f"{body}\n{a}\n{b}"
     return translated
 
 
-def _unary_body(call, dtype, result):
+def _unary_body(call, n=N):
     return f"""
-        v0 = _arg(args, 0, 0, np.{dtype})
-        r0 = _arg(args, 1, 0, np.{result})
         i0 = 0
-        while i0 < {N}:
+        while i0 < {n}:
             r0[i0] = {call}(v0[i0])
             i0 += 1
         """
@@ -75,7 +78,7 @@ UNARY = sorted(scalar_ir.FLOAT_HELPERS) + ["_tanh", "abs", "math.exp", "math.log
 def test_a_function_of_one_float_has_numba_s_bits(call, dtype):
     with np.errstate(over="ignore"):
         values = np.array(SPECIAL, dtype)
-    assert_same_bits(_unary_body(call, dtype, dtype), values, np.zeros(N, dtype))
+    assert_same_bits(_unary_body(call), v0=values, r0=np.zeros(N, dtype))
 
 
 @pytest.mark.parametrize("call, result", [("_cast_float64", "float64"), ("_cast_float32", "float32"),
@@ -88,8 +91,7 @@ def test_casts_and_tests_have_numba_s_bits(call, result, dtype):
         pytest.skip("Numba types no math function of a bool")
     with np.errstate(all="ignore"):
         values = np.array(SPECIAL[3:] if dtype in ("int64", "bool_") else SPECIAL).astype(dtype)
-    body = _unary_body(call, dtype, result).replace(f"i0 < {N}", f"i0 < {len(values)}")
-    assert_same_bits(body, values, np.zeros(len(values), result))
+    assert_same_bits(_unary_body(call, len(values)), v0=values, r0=np.zeros(len(values), result))
 
 
 @pytest.mark.parametrize("call", ["_xlogy", "_xlog1py", "_max", "_min", "_pow", "math.atan2",
@@ -104,9 +106,6 @@ def test_a_function_of_two_floats_has_numba_s_bits(call, dtypes):
     with np.errstate(over="ignore"):
         x, y = np.array(SPECIAL, a), np.array(SPECIAL, b)
     body = f"""
-        v0 = _arg(args, 0, 0, np.{a})
-        v1 = _arg(args, 1, 0, np.{b})
-        r0 = _arg(args, 2, 0, np.{out})
         i0 = 0
         while i0 < {N}:
             i1 = 0
@@ -115,18 +114,13 @@ def test_a_function_of_two_floats_has_numba_s_bits(call, dtypes):
                 i1 += 1
             i0 += 1
         """
-    assert_same_bits(body, x, y, np.zeros(N * N, out))
+    assert_same_bits(body, v0=x, v1=y, r0=np.zeros(N * N, out))
 
 
 def test_powers_indices_and_bool_extrema_have_numba_s_bits():
     values = np.array(SPECIAL)
     flags = np.array([True, False, True, True, False])
     body = f"""
-        v0 = _arg(args, 0, 0, np.float64)
-        b0 = _arg(args, 1, 0, np.bool_)
-        r0 = _arg(args, 2, 0, np.float64)
-        k0 = _arg(args, 3, 0, np.int64)
-        b1 = _arg(args, 4, 0, np.bool_)
         i0 = 0
         while i0 < {N}:
             r0[i0] = _integer_pow(v0[i0], 7) + _integer_pow(v0[i0], 0)
@@ -138,7 +132,8 @@ def test_powers_indices_and_bool_extrema_have_numba_s_bits():
             b1[i0 + 4] = _min(b0[i0], b0[i0 + 1])
             i0 += 1
         """
-    assert_same_bits(body, values, flags, np.zeros(N), np.zeros(N, np.int64), np.zeros(8, bool))
+    assert_same_bits(body, v0=values, b0=flags, r0=np.zeros(N), k0=np.zeros(N, np.int64),
+                     b1=np.zeros(8, bool))
 
 
 def test_the_typing_rules_have_numba_s_bits():
@@ -149,13 +144,6 @@ def test_the_typing_rules_have_numba_s_bits():
     with np.errstate(over="ignore"):
         w = np.array(SPECIAL, np.float32)
     body = f"""
-        v0 = _arg(args, 0, 0, np.float64)
-        w0 = _arg(args, 1, 0, np.float32)
-        r0 = _arg(args, 2, 0, np.float64)
-        r1 = _arg(args, 3, 0, np.float32)
-        r2 = _arg(args, 4, 0, np.float64)
-        b0 = _arg(args, 5, 0, np.bool_)
-        ws0 = _arg(args, 6, 0, np.float64)
         acc = 0
         i0 = 0
         while i0 < {N}:
@@ -185,33 +173,26 @@ def test_the_typing_rules_have_numba_s_bits():
         r2[{N} + 1] = p[0]
         r2[{N} + 2] = q[0]
         """
-    assert_same_bits(body, v, w, np.zeros(N), np.zeros(2 * N, np.float32), np.zeros(N + 3),
-                     np.zeros(2 * N, bool), np.zeros(8))
+    assert_same_bits(body, v0=v, w0=w, r0=np.zeros(N), r1=np.zeros(2 * N, np.float32),
+                     r2=np.zeros(N + 3), b0=np.zeros(2 * N, bool), ws0=np.zeros(8))
 
 
 def test_copies_zero_fills_and_products_have_numba_s_bits():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 3, 4))
     body = """
-        v0 = _arg(args, 0, 0, np.float64)
-        v1 = _arg(args, 1, 0, np.float64)
-        r0 = _arg(args, 2, 0, np.float64)
-        ws0 = _arg(args, 3, 0, np.float64)
-        r1 = _arg(args, 4, 0, np.float64)
         _matmul_float64(v0, v1, r0, ws0, 2, 5, 3, 4, 0, 0)
         _copy(r1, v0, 30)
         _zero(_offset(r1, 3), 4)
         """
-    translated = assert_same_bits(body, a, b, np.zeros(40), np.zeros(40), np.zeros(30))
+    translated = assert_same_bits(body, v0=a, v1=b, r0=np.zeros(40), ws0=np.zeros(40),
+                                  r1=np.zeros(30))
     np.testing.assert_allclose(translated[2].reshape(2, 5, 4), a @ b, rtol=1e-14)
     if native.blas_symbols():
         body = """
-            v0 = _arg(args, 0, 0, np.float64)
-            v1 = _arg(args, 1, 0, np.float64)
-            r0 = _arg(args, 2, 0, np.float64)
             _gemm(v0, v1, r0, 5, 3, 4, 0, 0)
             """
-        translated = assert_same_bits(body, a[0], b[0], np.zeros(20))
+        translated = assert_same_bits(body, v0=a[0], v1=b[0], r0=np.zeros(20))
         np.testing.assert_allclose(translated[2].reshape(5, 4), a[0] @ b[0], rtol=1e-14)
 
 
@@ -220,8 +201,6 @@ def test_copies_zero_fills_and_products_have_numba_s_bits():
                                   "r0[0] = _pow(v0[0], 2)", "r0[0] = v1 + 1.0"])
 def test_what_it_does_not_know_is_left_to_numba(line):
     source = _source(f"""
-        v0 = _arg(args, 0, 0, np.float64)
-        r0 = _arg(args, 1, 0, np.float64)
         i0 = 3
         {line}
         v1 = 1.0
