@@ -80,8 +80,7 @@ def _compile(name, key):
 
     from numba import types
 
-    from . import lean_pipeline
-    from .target import c_function
+    from .target import c_function, lean_pipeline
 
     kernel, kinds = _parse(name)
     argtypes, restype = [], types.void

@@ -28,6 +28,7 @@ from types import BuiltinFunctionType
 
 import llvmlite.binding as llvm
 from numba.core import codegen, compiler, config, cpu, intrinsics, types
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.datamodel import models, register_default
 from numba.core.decorators import jit
@@ -39,7 +40,7 @@ from numba.core.typing.context import Context
 
 from . import machine
 
-__all__ = ["entry", "c_function", "Entry", "EntryLibrary", "kernel", "ready"]
+__all__ = ["entry", "c_function", "lean_pipeline", "Entry", "EntryLibrary", "kernel", "ready"]
 
 NAME = "quabla_cpu"
 
@@ -187,6 +188,49 @@ class _Lowering(cpu.CPUContext):
             # user's own Numba code links it too, and cannot link one compiled by this target's
             rtsys.initialize(cpu_target.target_context)
             library.add_linking_library(rtsys.library)
+
+
+# Passes of Numba's nopython pipeline for constructs generated code never contains (with
+# blocks, closures and comprehensions, functions or overloads to inline, raises,
+# constant-foldable branches, nested functions, literally / literal_unroll, parfors; after
+# typing, string-literal getitems, arrays of constant lists and array expressions:
+# NopythonRewrites), or for inspection (AnnotateTypes): each walks the whole function, and
+# the entry of a deep program is large (docs/compile-time.md); the inlining passes also import
+# Numba's array implementation. ReconstructSSA is left out too: every variable of generated
+# code keeps one type, which is all Numba's untyped SSA form is for, and it costs a pass over
+# the whole function per variable assigned more than once (loop-carried scalars, swapped
+# carry buffers): half the compile time of a 1,500-line adjoint ODE solve. So are the
+# rewrites before typing (constant getitems and setitems, which arrays do not need, prints,
+# raises, static powers) and the stripping of phi nodes, which only SSA reconstruction makes:
+# each then recomputes every variable's lifetime over the unchanged function (liveness over
+# blocks times variables), as IRProcessing has; ~0.12 s each of that ODE solve.
+_UNUSED_PASSES = ("WithLifting", "GenericRewrites", "InlineClosureLikes", "InlineInlinables",
+                  "InlineOverloads", "RewriteDynamicRaises", "RewriteSemanticConstants",
+                  "DeadBranchPrune", "MakeFunctionToJitFunction", "FindLiterallyCalls",
+                  "LiteralUnroll", "LiteralPropagationSubPipelinePass", "ReconstructSSA",
+                  "PreLowerStripPhis", "NopythonRewrites", "AnnotateTypes",
+                  "DumpParforDiagnostics")
+# ... and, in an entry without reference counts, IRLegalization: it recomputes the lifetimes
+# once more to insert the deletions that decrement reference counts
+_WITHOUT_NRT = ("IRLegalization",)
+_PIPELINE = None
+
+
+def lean_pipeline():
+    """The compiler class of generated entries: Numba's nopython pipeline less the passes
+    in ``_UNUSED_PASSES`` (and ``_WITHOUT_NRT`` for an entry without reference counts)."""
+    global _PIPELINE
+    if _PIPELINE is None:
+        class LeanPipeline(CompilerBase):
+            def define_pipelines(self):
+                pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+                unused = _UNUSED_PASSES + (() if self.state.flags.nrt else _WITHOUT_NRT)
+                pm.passes = [p for p in pm.passes if p[0].__name__ not in unused]
+                pm.finalize()
+                return [pm]
+
+        _PIPELINE = LeanPipeline
+    return _PIPELINE
 
 
 class _Descriptor(TargetDescriptor):
