@@ -356,3 +356,33 @@ def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
     assert tampered >= 2  # solve, cholesky and what their gradients call
     assert run() == ["False", "True"]  # the program's own parts from the cache; Numba again
     assert run() == ["False", "False"]  # and the kernels stored again
+
+
+def test_programs_translated_on_several_threads_at_once_give_their_own_results():
+    """Four threads each compile six programs new to the cache at the same moment: each part's
+    module is built and compiled in an LLVM context of its own (machine.ObjectCode), so none
+    sees another's, and every result is its own program's."""
+    import threading
+
+    x = np.linspace(-1.0, 1.0, 300)
+    salt = float(np.random.default_rng().integers(1, 2**30)) / 2**33  # new to any cache
+    errors = []
+    barrier = threading.Barrier(4)
+
+    def work(t):
+        try:
+            barrier.wait()
+            for k in range(6):
+                c = 1.0 + t * 0.1 + k * 0.013 + salt
+                f = qb.jit(qb.grad(lambda x, c=c: qb.sum(qb.tanh(c * x) ** 2 + qb.sin(x * c))))
+                want = 2 * c * np.tanh(c * x) * (1 - np.tanh(c * x) ** 2) + c * np.cos(c * x)
+                np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-12, atol=1e-12)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
