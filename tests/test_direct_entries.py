@@ -271,12 +271,11 @@ BITS_SCRIPT = textwrap.dedent("""
     import device_cases
     from lowering.numba_cpu import parts
     parts.PART_LINES = 12  # many parts per program
-    rng = np.random.default_rng(11)
     kernels = ("cholesky", "eigh", "qr", "slogdet", "solve", "sort", "svd", "triangular_solve",
                "digamma", "polygamma", "lgamma", "erf_inv", "ndtri")
-    cases = ([c for c in device_cases.primitive_cases(rng) if c.name.split("-")[0] in kernels]
-             + device_cases._transformed_cases(rng) + device_cases._control_cases(rng)
-             + device_cases._math_cases(rng) + device_cases._indexing_cases(rng))
+    primitive = {c.name for c in device_cases.primitive_cases(np.random.default_rng(11))}
+    cases = [c for c in device_cases.cases()
+             if c.name not in primitive or c.name.split("-")[0] in kernels]
     for case in cases:
         out = qb.tree.flatten(qb.jit(case.fn)(*case.args))[0]
         digest = hashlib.sha256(b"".join(np.asarray(o).tobytes() for o in out)).hexdigest()
