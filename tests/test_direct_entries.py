@@ -361,6 +361,7 @@ def test_programs_translated_on_several_threads_at_once_give_their_own_results()
     """Four threads each compile six programs new to the cache at the same moment: each part's
     module is built and compiled in an LLVM context of its own (machine.ObjectCode), so none
     sees another's, and every result is its own program's."""
+    import concurrent.futures
     import threading
 
     x = np.linspace(-1.0, 1.0, 300)
@@ -379,9 +380,6 @@ def test_programs_translated_on_several_threads_at_once_give_their_own_results()
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(repr(error))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))
     assert errors == []
