@@ -55,8 +55,8 @@ CASES = {
     "scan_oscillator": ("scan_oscillator", {}),
 }
 PHASES = ["import numba", "trace + transform", "rewrite", "schedule", "codegen",
-          "direct translation", "numba front end", "numba typing", "numba lowering", "llvm optimisation",
-          "llvm codegen", "numba other", "cache", "link", "other"]
+          "direct translation", "numba front end", "numba typing", "numba lowering",
+          "llvm optimisation", "llvm codegen", "numba other", "cache", "link", "other"]
 
 
 class Phases:

@@ -351,7 +351,8 @@ def sequence(parts, control=None, phases=None):
     """``(handle, address)`` of one entry ``void entry(args)`` that calls the entries of
     ``parts`` in order; with ``control``, only phase ``p``'s: the first element of the int64
     array ``args[control]``, which runs part ``p``, the last of ``phases`` (and any number past
-    it) every part from there on: the phases of a threaded entry. A part is ``(object code, entry, addresses)`` (as ``load`` takes it),
+    it) every part from there on: the phases of a threaded entry. A part is ``(object code,
+    entry, addresses)`` (as ``load`` takes it),
     linked in the one engine with the others (an engine costs a warm first call ~1.5 ms), or
     ``(handle, address)`` of an entry linked elsewhere (``load``, or Numba's own copy)."""
     addresses = {}

@@ -26,7 +26,8 @@ N = len(SPECIAL)
 
 
 def _source(body):
-    return entry_module("def quabla_entry(args):\n" + textwrap.indent(textwrap.dedent(body), "    "))
+    body = textwrap.indent(textwrap.dedent(body), "    ")
+    return entry_module("def quabla_entry(args):\n" + body)
 
 
 def _run(entry, arrays):
@@ -81,10 +82,10 @@ def test_a_function_of_one_float_has_numba_s_bits(call, dtype):
     assert_same_bits(_unary_body(call), v0=values, r0=np.zeros(N, dtype))
 
 
-@pytest.mark.parametrize("call, result", [("_cast_float64", "float64"), ("_cast_float32", "float32"),
-                                          ("_cast_bool", "bool_"), ("np.float32", "float32"),
-                                          ("math.isnan", "bool_"), ("math.isinf", "bool_"),
-                                          ("math.isfinite", "bool_"), ("_sqrt", "float64")])
+@pytest.mark.parametrize("call, result", [
+    ("_cast_float64", "float64"), ("_cast_float32", "float32"), ("_cast_bool", "bool_"),
+    ("np.float32", "float32"), ("math.isnan", "bool_"), ("math.isinf", "bool_"),
+    ("math.isfinite", "bool_"), ("_sqrt", "float64")])
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "bool_"])
 def test_casts_and_tests_have_numba_s_bits(call, result, dtype):
     if dtype == "bool_" and call.startswith(("math.", "_sqrt")):

@@ -271,7 +271,7 @@ def _in_numba(entry, key, source):
     """``(handle, address)`` of Numba's own copy of ``entry``, for an object that does not
     link here (compiled by Numba first if it was translated without it)."""
     external.ensure(source)
-    if not hasattr(entry, "library"):
+    if isinstance(entry, direct.DirectEntry):
         entry = numba_entry(key, source, cache.write_source(key, source))
     return entry.library, entry.address()
 
@@ -399,12 +399,12 @@ def _compile_in_parallel(todo):
     """Compiles the parts ``todo`` (``(key, source)`` pairs not in the cache) into the cache,
     shared among this process and forked copies of it, one per core of ``threads.count()``
     beyond the first (Linux, not in the processes of ``NO_FORK``; a fork shares the process's
-    warm state: its imports, LLVM's target, Numba's where a part needs it). A copy that fails or hangs costs nothing
-    but time: whatever is missing from the cache afterwards, ``load_or_compile`` compiles in
-    this process. It forks only while no other thread compiles (Quabla's compiles counted by
-    ``_IN_FLIGHT``, anyone's Numba compile excluded by Numba's compiler lock, held
-    meanwhile where Numba is imported): a copy must not start with another thread's compiler
-    state half changed."""
+    warm state: its imports, LLVM's target, Numba's where a part needs it). A copy that fails
+    or hangs costs nothing but time: whatever is missing from the cache afterwards,
+    ``load_or_compile`` compiles in this process. It forks only while no other thread
+    compiles (Quabla's compiles counted by ``_IN_FLIGHT``, anyone's Numba compile excluded by
+    Numba's compiler lock, held meanwhile where Numba is imported): a copy must not start with
+    another thread's compiler state half changed."""
     workers = min(threads.count(), len(todo)) if len(todo) >= PARALLEL_PARTS else 1
     if workers < 2 or not sys.platform.startswith("linux") \
             or any(name in sys.modules for name in NO_FORK):

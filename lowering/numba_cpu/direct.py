@@ -56,7 +56,7 @@ _MATH_CONSTANTS = {"math.inf": math.inf, "math.nan": math.nan, "math.pi": math.p
                    "math.e": math.e}
 _CASTS = {"_cast_float64": "f64", "np.float64": "f64", "float": "f64", "_cast_float32": "f32",
           "np.float32": "f32", "_cast_bool": "bool", "np.bool_": "bool", "bool": "bool"}
-_KERNELS = {"_matmul_float64": ("quabla_k_matmul_float64", "f64"),
+_PRODUCTS = {"_matmul_float64": ("quabla_k_matmul_float64", "f64"),
             "_matmul_float32": ("quabla_k_matmul_float32", "f32")}
 _BLAS = {"f64": "quabla_dgemm", "f32": "quabla_sgemm"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
@@ -294,8 +294,8 @@ class _Function:
             return sir.libm_call(self.b, _MATH_LIBM[name], value), kind
         if name in _MATH_LIBM2 and len(args) == 2:
             return self.libm_call2(_MATH_LIBM2[name], args)
-        if name in _KERNELS and len(args) == 10:
-            return self.kernel_call(*_KERNELS[name], args)
+        if name in _PRODUCTS and len(args) == 10:
+            return self.kernel_call(*_PRODUCTS[name], args)
         if name in KERNELS:
             return self.array_kernel_call(name, args)
         if name in kernel_calls.SCALAR_KERNELS:
@@ -445,8 +445,7 @@ class _Function:
         if any(e != element for _, e in pointers):
             raise Unsupported(symbol)
         kind = ir.FunctionType(ir.VoidType(), [_DATA[element].as_pointer()] * 4 + [_I64] * 6)
-        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, kind, symbol)
-        self.b.call(fn, [p for p, _ in pointers] + [self.index(v) for v in args[4:]])
+        self.b.call(sir.declared(self.b.module, kind, symbol), [p for p, _ in pointers] + [self.index(v) for v in args[4:]])
         return None, "none"
 
     def array_kernel_call(self, name, args):
@@ -467,8 +466,7 @@ class _Function:
                 raise Unsupported(f"an argument of {name}")
         symbol = kernel_calls.symbol(name, kinds)
         kind = ir.FunctionType(ir.VoidType(), [v.type for v in values])
-        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, kind, symbol)
-        self.b.call(fn, values)
+        self.b.call(sir.declared(self.b.module, kind, symbol), values)
         return None, "none"
 
     def special_function_call(self, name, args):
@@ -479,8 +477,8 @@ class _Function:
         if kind not in _FLOATS or any(k not in _NUMBERS for _, k in values):
             raise Unsupported(f"{name} of {[k for _, k in values]}")
         symbol = kernel_calls.symbol(name, [kernel_calls.scalar_kind(k) for _, k in values])
-        fn = self.b.module.globals.get(symbol) or ir.Function(self.b.module, ir.FunctionType(
-            _VALUE[kind], [_VALUE[k] for _, k in values]), symbol)
+        kind_of = ir.FunctionType(_VALUE[kind], [_VALUE[k] for _, k in values])
+        fn = sir.declared(self.b.module, kind_of, symbol)
         return self.b.call(fn, [v for v, _ in values]), kind
 
     # -- statements --

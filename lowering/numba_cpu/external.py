@@ -7,12 +7,12 @@ were sixty copies of ``_matmul`` (carray views, reference counts and all), a thi
 compile time, paid again by every part of an entry cut in parts (parts.py). A kernel here is
 a C function of typed pointers and sizes, written with llvmlite's IR builder (Numba's front end
 took ~0.13 s of every cold process to type and lower it from Python source; LLVM's passes and
-code generation, ~0.06 s, are all it costs now) and compiled by the entries' target
+code generation, ~0.06 s, are all it costs now) and compiled for the entries' machine
 (``machine.compile_module``, no Numba). Generated code calls it as an external function
 (``_matmul_float64(a, b, out, w, ...)``, declared in runtime.py); the object loader finds its
 address when an entry's object that names it is linked (``native.resolver``), and LLVM's
-linker before Numba links an entry itself (``ensure``). It compiles while Numba's front end
-takes the entry that calls it (``prefetch``). A warm process links it from the cache.
+linker before Numba links an entry itself (``ensure``). It compiles while the entry that calls
+it is translated (``prefetch``). A warm process links it from the cache.
 """
 
 import contextlib
@@ -191,8 +191,8 @@ def address(symbol):
 
 def prefetch(source):
     """Kernels ``source`` calls that are not linked yet, linked (or compiled) on a thread of
-    their own meanwhile: LLVM releases the GIL, so a kernel compiles while Numba's front end
-    takes the entry that calls it; ``address`` waits for it when the entry is linked."""
+    their own meanwhile: LLVM releases the GIL, so a kernel compiles while the entry that calls
+    it is translated; ``address`` waits for it when the entry is linked."""
     for symbol in names_in(source):
         with _lock:
             if symbol in _linked or symbol in _pending:

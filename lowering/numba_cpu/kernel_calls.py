@@ -7,10 +7,11 @@ A kernel is Python that Numba compiles (lowering/matrix_kernels.py, which numba.
 too). A part that Numba compiles calls it on ``carray`` views, linked into the part; a
 translated part instead calls ``quabla_n_<kernel>__<kinds>``: a C function taking each array as
 its data pointer and sizes and each flag as an int64, which makes the views and calls the
-kernel (a special function's takes and returns its numbers). That function is compiled by Numba the first time a process needs it and cached like
-an entry (its object code, verified, keyed by its symbol and the kernels' sources), so a
-process that finds it in the cache links it without importing Numba: a program that solves,
-factors or sorts compiles in a fresh process as one that does not.
+kernel (a special function's takes and returns its numbers). That function is compiled by
+Numba the first time a process needs it and cached like an entry (its object code, verified,
+keyed by its symbol and the kernels' sources), so a process that finds it in the cache links
+it without importing Numba: a program that solves, factors or sorts compiles in a fresh
+process as one that does not.
 """
 
 import threading

@@ -16,7 +16,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-__all__ = ["OPTIMISATION_LEVEL", "target_machine", "new_module_text", "tuning", "optimise", "emit",
+__all__ = ["OPTIMISATION_LEVEL", "target_machine", "tuning", "optimise", "emit",
            "compile_module", "externals", "ObjectCode", "LLVM_THREAD"]
 
 # O3 (Numba's default) unrolls more and takes longer, for no measurable gain on generated loops
@@ -64,13 +64,6 @@ def target_machine():
                 options["jit"] = True
             _machine = target.create_target_machine(**options)
         return _machine
-
-
-def new_module_text():
-    """The header of an LLVM IR module for this machine (its triple and data layout)."""
-    machine = target_machine()
-    return (f'target triple = "{llvm.get_process_triple()}"\n'
-            f'target datalayout = "{machine.target_data}"\n')
 
 
 def tuning(slp=False, unroll=False, loop_vectorize=None):

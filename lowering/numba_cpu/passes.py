@@ -254,14 +254,14 @@ class Handover:
         return [f"sp{n}[0] = {n}" for n in sorted(assigned(items) & set(self.spills))]
 
 
-def phased(e, graph, first, tail_lines=40):
+def phased(e, graph, first, tail_lines):
     """The bodies of a threaded entry's phases, each compiled as a function of its own (a
     part; ``native.sequence`` calls the one ``ctl[0]`` names). Phase 0 runs what comes before
     the tile loop; phase 1, on thread ``ctl[1]``, runs tiles from row ``ctl[2]`` to ``ctl[3]``
     with that thread's scratch; phase 2 combines the threads' partials and runs the rest,
     in two parts where the last phase of the schedule's tail begins after at least
-    ``tail_lines`` lines of it (a penalty on the parameters then recompiles that alone). What a later part reads from an
-    earlier one is handed over (``Handover``). Returns ``(bodies, control rows)``, or None if
+    ``tail_lines`` lines of it (a penalty on the parameters then recompiles that alone). What
+    a later part reads from an earlier one is handed over (``Handover``). Returns ``(bodies, control rows)``, or None if
     something else would cross (an array variable rebound in a loop)."""
     a, b = e.split
     pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]

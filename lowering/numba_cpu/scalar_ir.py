@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from ..native import ARRAY_DATA, TUPLE_ITEMS
 
-__all__ = ["double", "widened", "intrinsic_call", "libm_call", "pure_function", "negated",
+__all__ = ["double", "widened", "intrinsic_call", "libm_call", "declared", "pure_function", "negated",
            "FLOAT_HELPERS", "PAIR_HELPERS", "float_divmod", "pick_extremum", "tanh", "integer_pow",
            "clamp_index", "arg_pointer", "byte_pointer", "memmove", "memset", "entry_slot",
            "gemm"]
@@ -40,12 +40,16 @@ def intrinsic_call(builder, name, x):
     return builder.call(builder.module.declare_intrinsic(name, [x.type]), [x])
 
 
+def declared(module, kind, name):
+    """``module``'s declaration of the external function ``name`` of type ``kind`` (made on
+    first use)."""
+    return module.globals.get(name) or ir.Function(module, kind, name)
+
+
 def pure_function(module, kind, name):
-    """``module``'s declaration of the external function ``name`` of type ``kind``, marked
-    read-only and non-throwing (as Numba declares libm's functions)."""
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, kind, name)
+    """``declared``, marked read-only and non-throwing (as Numba declares libm's
+    functions)."""
+    fn = declared(module, kind, name)
     fn.attributes.add("readonly")
     fn.attributes.add("nounwind")
     return fn
@@ -124,7 +128,8 @@ def _relu(builder, x):
 
 def _softplus(builder, x):
     """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))``"""
-    e = intrinsic_call(builder, "llvm.exp", negated(builder, intrinsic_call(builder, "llvm.fabs", x)))
+    magnitude = intrinsic_call(builder, "llvm.fabs", x)
+    e = intrinsic_call(builder, "llvm.exp", negated(builder, magnitude))
     return builder.fadd(libm_call(builder, "log1p", e), _positive_part(builder, x))
 
 
@@ -268,7 +273,8 @@ def _exp_0_45(b, x):
         acc = b.fadd(c(coefficient), b.fmul(t, acc))
     cc = b.fsub(r, b.fmul(t, acc))
     y = b.fsub(c(1.0), b.fsub(b.fsub(lo, b.fdiv(b.fmul(r, cc), b.fsub(c(2.0), cc))), hi))
-    scale = b.bitcast(b.shl(b.add(k, ir.Constant(I64, 1023)), ir.Constant(I64, 52)), ir.DoubleType())
+    exponent = b.shl(b.add(k, ir.Constant(I64, 1023)), ir.Constant(I64, 52))
+    scale = b.bitcast(exponent, ir.DoubleType())
     return b.fmul(y, scale)
 
 
@@ -379,7 +385,7 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
     nonzero (then stored as k x m or n x k), by one call of the Fortran ``dgemm``/``sgemm``
     named ``symbol`` (native.blas_symbols)."""
     char, int32, void = ir.IntType(8), ir.IntType(32), byte_pointer()
-    fn = builder.module.globals.get(symbol) or ir.Function(builder.module, ir.FunctionType(
+    fn = declared(builder.module, ir.FunctionType(
         ir.VoidType(), [void, void] + [int32.as_pointer()] * 3 + [void, void,
         int32.as_pointer(), void, int32.as_pointer(), void, void, int32.as_pointer()]), symbol)
 

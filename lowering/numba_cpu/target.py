@@ -12,9 +12,10 @@ registries alone. Its hardware is a subclass of the CPU: everything written for 
 it too. An entry can call Numba functions of this target only (``kernel``), not ``@njit``
 ones.
 
-Most parts never come here: direct.py translates generated source to LLVM IR without Numba.
-This target compiles the rest (entries that call the array kernels, the special functions,
-floor division). Its code generator optimises an entry once: Numba's runs LLVM's function
+Most code never comes here: direct.py translates generated source to LLVM IR without Numba.
+This target compiles the array kernels' and special functions' C functions (kernel_calls.py),
+and a part that direct.py does not translate or every part under ``QUABLA_DIRECT=0``. Its
+code generator optimises an entry once: Numba's runs LLVM's function
 pipeline on each function, then a cheap module pipeline (to inline reference counting for its
 pruner), then the full one; an entry without reference counts needs the last alone, the
 pipeline of machine.py (the same results bit for bit, steps within noise, ~0.1 s less for the
@@ -40,7 +41,7 @@ from numba.core.typing.context import Context
 
 from . import machine
 
-__all__ = ["entry", "c_function", "lean_pipeline", "Entry", "EntryLibrary", "kernel", "ready"]
+__all__ = ["entry", "c_function", "lean_pipeline", "Entry", "EntryLibrary", "kernel"]
 
 NAME = "quabla_cpu"
 
@@ -316,8 +317,3 @@ def c_function(function, argtypes, pipeline_class, nrt=False, restype=types.void
             args=tuple(argtypes), return_type=restype, flags=flags, locals={},
             pipeline_class=pipeline_class)
         return Entry(result.library, result.fndesc.llvm_cfunc_wrapper_name, nrt)
-
-
-def ready():
-    """This target's contexts and code generator made (once; not safe to do on two threads)."""
-    return _DESCRIPTOR.target_context.codegen()
