@@ -151,6 +151,50 @@ def test_fast_update_falls_back_when_its_assumptions_fail():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_calls_on_trees_of_tensors_take_the_general_paths_results():
+    """The fast path of a tree of Tensors (its structure matched without flattening) gives
+    what the general path gives, traces each signature once, and leaves every other
+    structure, shape, dtype and leaf type to the general path."""
+    traces = []
+
+    def f(p, x):
+        traces.append(1)
+        return {"y": p["w"] * x + p["b"][0], "n": [qb.sum(p["w"] * p["b"][1])]}
+
+    fast = qb.jit(f)
+    rng = np.random.default_rng(3)
+
+    def params(n, dtype=np.float64):
+        return {"w": qb.array(rng.normal(size=n).astype(dtype)),
+                "b": (qb.array(np.asarray(rng.normal(), dtype)),
+                      qb.array(rng.normal(size=n).astype(dtype)))}
+
+    def traced(p, x):
+        """How many traces the call took; its results against ``f`` run eagerly."""
+        before = len(traces)
+        got = fast(p, x)
+        count = len(traces) - before
+        want = f(p, x)
+        assert tree.structure(got) == tree.structure(want)
+        for a, b in zip(tree.leaves(got), tree.leaves(want)):
+            assert type(a) is qb.Tensor and a.dtype == b.dtype
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+        return count
+
+    p, x = params(4), qb.array(rng.normal(size=4))
+    assert [traced(p, x) for _ in range(3)] == [1, 0, 0]
+    assert traced(params(4), x) == 0                                     # other values
+    assert traced(params(6), qb.array(np.ones(6))) == 1                  # another shape
+    assert traced(params(4, np.float32), qb.array(np.ones(4, np.float32))) == 1  # dtype
+    assert traced({"w": p["w"], "b": [p["b"][0], p["b"][1]]}, x) == 1    # a list for the tuple
+    assert traced({"w": p["w"], "b": (0.5, p["b"][1])}, x) == 1          # a Python scalar
+    assert traced({"w": np.asarray(p["w"]), "b": p["b"]}, x) == 0        # a NumPy leaf
+    assert traced({"b": p["b"], "w": p["w"]}, x) == 0                    # keys in other order
+    assert traced(p, x) == 0
+    with pytest.raises(TypeError):
+        fast({"w": p["w"], "b": (p["b"][0], "text")}, x)
+
+
 def test_readme_loop_reaches_pi():
     def u(x, w):
         return qb.sin(x * w)

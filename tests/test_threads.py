@@ -181,6 +181,70 @@ def test_blas_runs_on_one_thread_in_every_block():
     assert blas_threads() == before
 
 
+def test_blas_is_left_alone_when_no_product_in_the_loop_is_large():
+    controller = threads.blas_controller()
+    if controller is None or not controller.lib_controllers:
+        pytest.skip("no BLAS that threadpoolctl controls")
+    before = [lib.num_threads for lib in controller.lib_controllers]
+    seen = []
+    threads.run_blocks(lambda row: seen.append([lib.num_threads for lib in
+                                                controller.lib_controllers]),
+                       (), [(0,), (1,)], blas=False)
+    assert seen == [before, before]
+
+
+class _Offers:
+    """A pool that counts what it is offered and never runs it (the caller then runs all)."""
+    offered = 0
+
+    def submit(self, fn, *args):
+        self.offered += 1
+
+
+def test_blocks_no_thread_began_run_on_the_caller():
+    """A pool whose threads are all busy (a loaded machine) does not hold up the call: the
+    caller runs every block, once each, and each with its own control row."""
+    ran, pool = [], _Offers()
+    threads.run_blocks(lambda row: ran.append(row), ("base",), [(0,), (1,), (2,)], pool=pool)
+    assert ran == [("base", 0), ("base", 1), ("base", 2)] and pool.offered == 2
+
+
+def test_blocks_keep_to_the_faster_way_and_time_the_other_again():
+    pool, ran = _Offers(), []
+    blocks = threads.Blocks(blas=False, pool=pool)
+    rows = [(0,), (1,)]
+    blocks((lambda row: ran.append(row)), (), rows)  # the first call: one thread
+    blocks((lambda row: ran.append(row)), (), rows)  # the second: threads
+    assert pool.offered == 1 and ran == rows + rows and None not in blocks.seconds
+    for fast, offers in (("threads", threads.Blocks.EXPLORE - 1), ("one", 1)):
+        pool.offered, blocks.calls = 0, 0
+        blocks.seconds = [2.0, 1.0] if fast == "threads" else [1.0, 2.0]
+        for _ in range(threads.Blocks.EXPLORE):  # times far below a second keep the order
+            blocks((lambda row: None), (), rows)
+        assert pool.offered == offers, fast
+
+
+def test_each_block_runs_once_whoever_runs_it():
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for _ in range(50):
+            ran = []
+            threads.run_blocks(ran.append, (), [(k,) for k in range(4)], blas=False, pool=pool)
+            assert sorted(ran) == [(0,), (1,), (2,), (3,)]
+
+
+@pytest.mark.parametrize("width, dtype, blas", [(64, np.float64, False), (32, np.float32, False),
+                                               (90, np.float32, True)])
+def test_the_entry_says_whether_blas_needs_holding_to_one_thread(split, width, dtype, blas):
+    """Only a product over ``threads.SERIAL_BLAS`` multiplies in a tile makes BLAS start
+    threads of its own (a float32 one: a tile's float64 right operand is too small): smaller
+    ones leave its setting alone (changing it costs ~20 us)."""
+    split(2)
+    x, w = np.ones((4096, width), dtype), np.ones((width, width), dtype)
+    graph = qb.jit(lambda x, w: qb.sum(qb.tanh(x @ w) @ w, axis=0)).lower(x, w).graph
+    phases = module_source(graph)[3]
+    assert phases is not None and phases.blas == blas
+
+
 @pytest.mark.parametrize("cores, cpus, environ, expected", [
     (2, 2, {}, 2),                                     # alone: every core
     (2, 2, {"MPI_LOCALNRANKS": "2"}, 1),               # MPICH: 2 ranks share 2 cores

@@ -134,8 +134,8 @@ class NativeExecutable:
     results, appends a set of scratch buffers and the constants to the argument tuple, and
     makes one foreign call. Scratch sets are pooled, so concurrent calls (the entry runs without the
     GIL) each get their own and a sequential caller reuses one. A threaded entry is called in
-    ``phases`` (passes.phased): before its tile loop, each thread's block of tiles (on the
-    threads of threads.run_blocks), after it."""
+    ``phases`` (passes.phased): before its tile loop, each block of tiles (on threads, or on
+    the caller's alone, as ``threads.Blocks`` finds faster), after it."""
 
     def __init__(self, graph, address, keep, constants, buffers, source, phases=None):
         threads.limit_blas()  # BLAS on this process's share of the cores (once per process)
@@ -144,7 +144,7 @@ class NativeExecutable:
         self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
         self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
         # each call's control row, an array (the entry reads it as the last argument)
-        self.phases = [[np.array(row, np.int64) for row in rows] for rows in phases or ()]
+        self.phases = [[np.array(row, np.int64) for row in rows] for rows in phases.rows] if phases else []
         fn = native.entry_function(address, hold_gil=not self.phases and quick(graph))
         nodes = graph.nodes
         n_in = len(graph.inputs)
@@ -155,10 +155,11 @@ class NativeExecutable:
         # to it (a trace evicted, a function collected) frees the machine code at once
         namespace = {"fn": fn, "keep": keep, "empty": np.empty, "pool": [],
                      "scratch": _scratch_sets(buffers, () if self.phases else constants),
-                     "fixed": constants, "blocks": threads.run_blocks}
+                     "fixed": constants}
         if self.phases:  # the control row, then the constants
             before, each, after = ([(row,) + constants for row in rows] for rows in self.phases)
-            namespace.update(before=before[0], each=each, after=after[0])
+            namespace.update(before=before[0], each=each, after=after[0],
+                             blocks=threads.Blocks(phases.blas))
         lines = [f"def run({params}):"]
         for k, o in enumerate(graph.outputs):
             dtype = nodes[o].dtype.numpy
@@ -302,7 +303,7 @@ def _executable(graph, parts, constants, buffers, sources, phases):
         handle, address = native.load(*parts[0]) if len(parts[0]) == 3 else parts[0]
     else:
         handle, address = native.sequence(parts, control if phases else None,
-                                          len(phases) if phases else None)
+                                          len(phases.rows) if phases else None)
     return NativeExecutable(graph, address, handle, constants, buffers, "\n".join(sources),
                             phases)
 

@@ -70,9 +70,10 @@ def generate(graph, n_threads=1, part_lines=None):
     entry (``parts.split``; one for most programs, called in order; a threaded entry's three
     phases), the constant arrays (last in the argument tuple), the scratch buffers
     (``(dtype name, elements)`` each) that follow the inputs and results in the argument
-    tuple, and ``phases``: None for an entry called once, else the control rows of a
-    threaded entry's calls (``passes.phased``): ``[before the loop]``, one per thread,
-    ``[after it]``; the first number of a row is the phase whose part it runs."""
+    tuple, and ``phases``: None for an entry called once, else how a threaded entry is called
+    (``threads.Phases``, made by ``passes.phased``): control rows ``[before the loop]``, one
+    per block of tiles, ``[after it]``; the first number of a row is the phase whose part it
+    runs."""
     graph, phase = tail_last(graph)
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)

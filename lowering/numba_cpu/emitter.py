@@ -91,6 +91,7 @@ class Emitter:
         self.views = {}      # (dtype name, offset, shape) -> the prologue view of that slot
         self.hoisted = {}    # product in a tile loop -> its right operand, arranged before it
         self.threads = 1     # threads the tile loop may be split across (see threads.py)
+        self.tile_blas = 0   # the largest BLAS product (m * k * n) in a tile loop
         self.threaded = None  # the TileBegin split across them, if any
         self.private = False  # allocating per-thread scratch (in a threaded loop)
         self.split = None    # (first line of the loop phase, first line after it)

@@ -68,6 +68,8 @@ def dot_general(e, node, out, args, dimension_numbers):
     if e.in_tile(nid):
         expiry = min(expiry, e.loop_end)
     result = nid if e.tile is None else None
+    if blas and e.tile is not None:
+        e.tile_blas = max(e.tile_blas, M * K * N)
     if blas and B == 1:
         # one 2-d product: a transposed operand is passed with its flag (BLAS reads
         # it in place), not copied into a permuted scratch array first

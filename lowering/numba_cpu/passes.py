@@ -261,8 +261,9 @@ def phased(e, graph, first, tail_lines):
     with that thread's scratch; phase 2 combines the threads' partials and runs the rest,
     in two parts where the last phase of the schedule's tail begins after at least
     ``tail_lines`` lines of it (a penalty on the parameters then recompiles that alone). What
-    a later part reads from an earlier one is handed over (``Handover``). Returns ``(bodies, control rows)``, or None if
-    something else would cross (an array variable rebound in a loop)."""
+    a later part reads from an earlier one is handed over (``Handover``). Returns ``(bodies,
+    threads.Phases)``, or None if something else would cross (an array variable rebound in a
+    loop)."""
     a, b = e.split
     pre, loop, post = e.code.items[:a], e.code.items[a:b], e.code.items[b:]
     post_assigned = {item.targets[0] for item in assignments(post) if len(item.targets) == 1}
@@ -310,6 +311,7 @@ def phased(e, graph, first, tail_lines):
         read = names(tail) & {item.targets[0] for item in parts}
         bodies.append(into_tail + (parts if read else []) + tail)
     t = e.threaded
-    phases = ([(0, 0, 0, 0)], [(1, k, lo, hi) for k, (lo, hi) in
-                               enumerate(threads.blocks(t.extent, t.tile, e.threads))], [(2, 0, 0, 0)])
+    phases = threads.Phases([(0, 0, 0, 0)], [(1, k, lo, hi) for k, (lo, hi) in enumerate(
+        threads.blocks(t.extent, t.tile, e.threads))], [(2, 0, 0, 0)],
+        blas=e.tile_blas > threads.SERIAL_BLAS)
     return bodies, phases

@@ -2,11 +2,14 @@
 and how many threads this process should use at all.
 
 A program whose tile loop is worth splitting is compiled as a phased entry (codegen.py): one
-call runs what comes before the loop, then each thread runs its block of tiles with its own
-scratch and its own partial sums, then one call combines the partials in thread order and runs
-the rest. Blocks are fixed by the thread count, so for a given ``QUABLA_NUM_THREADS`` the
-results are the same bits on every call, whatever the timing. The entry releases the GIL, so
-plain Python threads run the blocks at once; the calling thread runs the first block itself.
+call runs what comes before the loop, then each block of tiles runs with its own scratch and
+its own partial sums, then one call combines the partials in block order and runs the rest.
+Blocks are fixed by the thread count, so for a given ``QUABLA_NUM_THREADS`` the results are
+the same bits on every call, whichever thread runs a block and whatever the timing. The entry
+releases the GIL, so plain Python threads run the blocks at once; the calling thread runs the
+first block itself and then any block no other thread has begun (``run_blocks``). Each entry
+times both ways, threads or its caller's alone, and keeps to the faster (``Blocks``): on a
+loaded machine a second thread often costs more than it saves.
 
 How many: ``QUABLA_NUM_THREADS``, else this process's share of the cores it may run on
 (``os.sched_getaffinity``), split among the MPI ranks of the node that share them (the
@@ -15,24 +18,40 @@ so ranks × threads does not exceed the cores. BLAS follows the same share (``li
 through threadpoolctl) unless its own variables are set.
 
 Products inside the loop call BLAS, whose own threads would compete with the loop's: while
-any threaded loop runs, every BLAS threadpoolctl finds (SciPy's OpenBLAS, the one generated
+blocks run on threads, every BLAS threadpoolctl finds (SciPy's OpenBLAS, the one generated
 code calls, and NumPy's) is set to one thread, and set back when the last one ends (the
-setting is process-wide).
+setting is process-wide). Only a product large enough for BLAS to start threads needs it
+(``SERIAL_BLAS``); under float64's tile sizes none is.
 """
 
 import concurrent.futures
 import contextlib
 import os
 import threading
+import time
 
 from .. import native
 
 __all__ = ["count", "share", "local_processes", "limit_blas", "blas_controller", "WORTH_ELEMENTS",
-           "run_blocks", "blocks"]
+           "SERIAL_BLAS", "Phases", "Blocks", "run_blocks", "blocks"]
 
 # A tile loop writing fewer elements than this (over all its tiles) runs on the calling
 # thread: waking a second thread costs tens of microseconds.
 WORTH_ELEMENTS = 1 << 17
+# OpenBLAS runs a product of at most this many multiplies (m * k * n) on the calling thread
+# (its interface/gemm.c: SMP_THRESHOLD_MIN times GEMM_MULTITHREAD_THRESHOLD)
+SERIAL_BLAS = 65536 * 4
+
+
+class Phases:
+    """How a threaded entry is called (passes.phased): ``rows``, the control rows of the call
+    before its tile loop, of each block of tiles, and of the call after it; ``blas``, whether
+    a product in the loop is large enough (over ``SERIAL_BLAS``) that BLAS would start threads
+    of its own inside a block (``run_blocks`` then holds it to one: setting it costs ~20 us)."""
+
+    def __init__(self, before, each, after, blas):
+        self.rows = (before, each, after)
+        self.blas = blas
 
 _pool = None
 _lock = threading.Lock()
@@ -178,13 +197,66 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def run_blocks(fn, base, controls):
-    """``fn(base + c)`` for every control tuple ``c``, the first on this thread and the rest on
-    the pool's threads (BLAS on one thread meanwhile), returning when all are done."""
-    with _one_blas_thread():
-        pending = [_executor().submit(fn, base + c) for c in controls[1:]]
-        try:
-            fn(base + controls[0])
-        finally:
-            for future in pending:
-                future.result()
+def run_blocks(fn, base, controls, blas=True, pool=None):
+    """``fn(base + c)`` for every control row ``c`` of ``controls`` (a block of tiles each),
+    returning when all are done. The pool's threads are offered every block but the first,
+    which this thread runs; then it runs each block no other thread has begun, so a thread
+    woken late (on a loaded machine) finds its work done rather than holding up the call.
+    Each block has its own scratch and partials whichever thread runs it: the same bits. With
+    ``blas`` (a product in the loop large enough for BLAS to start threads of its own), BLAS
+    runs on one thread meanwhile. ``pool``: the executor offered the blocks (this process's)."""
+    with _one_blas_thread() if blas else contextlib.nullcontext():
+        claims = [threading.Lock() for _ in controls]
+        done = [threading.Lock() for _ in controls]
+        for lock in done:
+            lock.acquire()
+
+        def run(k):
+            if claims[k].acquire(blocking=False):
+                try:
+                    fn(base + controls[k])
+                finally:
+                    done[k].release()
+
+        pool = pool or _executor()
+        for k in range(1, len(controls)):
+            pool.submit(run, k)
+        for k in range(len(controls)):
+            run(k)
+        for lock in done:  # the blocks other threads began
+            lock.acquire()
+
+
+class Blocks:
+    """How one threaded entry runs its blocks of tiles: on the pool's threads too
+    (``run_blocks``) or all on the calling thread, whichever has lately been faster. On a
+    loaded machine a second thread often costs more than it saves (its wake-up waits for a
+    core), and a machine's load changes while a program runs. Both ways give the same bits:
+    each block has its own scratch and partials. The way not taken is timed again every
+    ``EXPLORE`` calls; a product large enough for BLAS threads (``blas``) gets them when the
+    blocks run on one thread. ``pool``: the executor offered the blocks (this process's)."""
+
+    EXPLORE = 16
+    WEIGHT = 0.25  # of the latest time in each way's running mean
+
+    def __init__(self, blas, pool=None):
+        self.blas, self.pool = blas, pool
+        self.seconds = [None, None]  # running mean of the blocks' time: [one thread, threads]
+        self.calls = 0
+
+    def __call__(self, fn, base, controls):
+        self.calls += 1
+        serial, threaded = self.seconds
+        if serial is None or threaded is None:
+            way = int(serial is not None)
+        else:
+            way = int(threaded < serial) ^ (self.calls % self.EXPLORE == 0)
+        start = time.perf_counter()
+        if way:
+            run_blocks(fn, base, controls, self.blas, self.pool)
+        else:
+            for row in controls:
+                fn(base + row)
+        took = time.perf_counter() - start
+        mean = self.seconds[way]  # other callers may update it meanwhile: a sample lost
+        self.seconds[way] = took if mean is None else mean + self.WEIGHT * (took - mean)

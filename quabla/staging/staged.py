@@ -53,10 +53,11 @@ _SHARED = weakref.WeakKeyDictionary()  # root function -> {transform chain: cach
 
 
 def _new_caches():
-    """Programs, the all-Tensor fast path, inline graphs, differentiated leaves, the
-    signatures whose staging captured tracers (they are probed on every call), the signatures
-    being compiled (``_Flight``s) and the lock of that table and of the programs' table."""
-    return OrderedDict(), {}, OrderedDict(), {}, OrderedDict(), {}, threading.Lock()
+    """Programs, the all-Tensor fast path, the fast path of trees of Tensors, inline graphs,
+    differentiated leaves, the signatures whose staging captured tracers (they are probed on
+    every call), the signatures being compiled (``_Flight``s) and the lock of that table and
+    of the programs' table."""
+    return OrderedDict(), {}, {}, OrderedDict(), {}, OrderedDict(), {}, threading.Lock()
 
 
 def _shared_caches(root, chain):
@@ -116,9 +117,10 @@ class Staged:
         self.root = base.root if isinstance(base, Staged) else base
         self.chain = None if config is None or inner is None else inner + (config,)
         caches = _shared_caches(self.root, self.chain) or _new_caches()
-        # the fast path maps the signature of an all-Tensor argument list to its entry
-        (self._cache, self._flat, self._inline_cache, self._diff, self._probes, self._flights,
-         self._lock) = caches
+        # the fast paths map the shapes and dtypes of an all-Tensor argument list, or of the
+        # leaves of a tree of Tensors (per structure, with its matcher), to its entry
+        (self._cache, self._flat, self._trees, self._inline_cache, self._diff, self._probes,
+         self._flights, self._lock) = caches
         self.__wrapped__ = fun
         self.__doc__ = getattr(fun, "__doc__", None)
 
@@ -137,6 +139,17 @@ class Staged:
                 except KeyError:  # evicted meanwhile by another thread
                     pass
                 return entry.assemble(list(map(adopt, entry.run(*arrays))))
+        for match, table in self._trees.values():  # a structure seen before: no flattening
+            leaves = match(args)
+            if leaves is None:
+                continue
+            arrays = [a.value for a in leaves if type(a) is Tensor and not a.weak]
+            if len(arrays) == len(leaves):
+                entry = table.get(tuple([(a.shape, a.dtype) for a in arrays]))
+                if entry is not None:
+                    _touch(self._cache, entry.key)
+                    return entry.assemble(list(map(adopt, entry.run(*arrays))))
+            break
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
         if diff is None:
@@ -150,7 +163,7 @@ class Staged:
             entry = self._cache.get(key)
             if entry is not None:
                 _touch(self._cache, key)
-                self._remember_flat(args, entry)
+                self._remember_fast(args, treedef, leaves, entry)
                 outs = entry.run(*[d.value for d in dynamic])
                 return entry.assemble(list(map(adopt, outs)))
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
@@ -162,10 +175,15 @@ class Staged:
         entry = self._flat.get(_flat_key([a.value for a in args]))
         return None if entry is None else entry.run
 
-    def _remember_flat(self, args, entry):
-        """The fast path's table; weak Tensors are left to the full signature."""
+    def _remember_fast(self, args, treedef, leaves, entry):
+        """The fast paths' tables; weak Tensors are left to the full signature."""
         if all(type(a) is Tensor and not a.weak for a in args):
             self._flat[_flat_key([a.value for a in args])] = entry
+        elif all(type(a) is Tensor and not a.weak for a in leaves):
+            known = self._trees.get(treedef)
+            if known is None:
+                known = self._trees[treedef] = (treedef.matcher(), {})
+            known[1][_flat_key([a.value for a in leaves])] = entry
 
     def argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
@@ -208,7 +226,7 @@ class Staged:
         entry, staged = self._single_flight(key, treedef, parts, leaves)
         if entry is None:  # it closes over tracers of a trace in progress: splice it in there
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
-        self._remember_flat(args, entry)
+        self._remember_fast(args, treedef, leaves, entry)
         outs = entry.run(*[d.value for d in dynamic])
         return entry.assemble(list(map(adopt, outs)))
 
@@ -309,6 +327,7 @@ class Staged:
             old_key, _ = cache.popitem(last=False)
             if cache is self._cache:
                 self._flat.clear()
+                self._trees.clear()
                 warnings.warn(
                     f"{self.name} exceeded max_traces={self.max_traces} and evicted its least "
                     f"recently used trace:\n  {self.describe(*old_key)}\nnew signature:\n  "
