@@ -15,7 +15,8 @@ exact schema and names the key being loaded, and the object matches the recorded
 anything else is recompiled, never linked.
 
 The private directory is bounded (``QUABLA_CACHE_MAX_BYTES``, default 2 GiB): after a write
-that takes it over the bound, the least recently used entries are deleted, manifest first. A
+that takes it over the bound, the least recently used entries are deleted, manifest first
+(writers keep its size in a ledger file, counted again by a scan at least hourly). A
 hit marks its entry used by touching the manifest (once per process and entry). Every change
 to the directory is made under its lock file; reads take no lock, and since each file is
 replaced whole and the manifest checks the object's digest, a reader sees a whole entry or a
@@ -32,6 +33,7 @@ import re
 import stat
 import sys
 import tempfile
+import time
 import warnings
 from typing import NamedTuple
 
@@ -48,6 +50,8 @@ _SUFFIXES = (".manifest.json", ".o", ".py")  # an entry's files, in the order th
 _ENTRY_FILE = re.compile(r"(qb_[0-9a-f]{32})(\.manifest\.json|\.o|\.py)\Z")
 _TEMPORARY = re.compile(r"qb_[a-z0-9_]+\.tmp\Z")  # a write in progress, or a killed writer's
 _LOCK = "qb_lock"
+_LEDGER = "qb_size"  # "<bytes> <ns>": the directory's size as counted by writers, and when scanned
+RESCAN_SECONDS = 3600  # the ledger is checked against a scan of the directory at least this often
 _DEFAULT_MAX_BYTES = 2 * 1024**3
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _MANIFEST = {"key": str, "entry": str, "symbols": list, "sha256": str}
@@ -241,6 +245,7 @@ def write_source(key, source):
                 # longer applies
                 _remove(_path(key, ".manifest.json"))
                 _replace(path, source.encode("utf-8"))
+                _grew(len(source.encode("utf-8")), max_bytes())
     return path
 
 
@@ -321,14 +326,34 @@ def read_object(key):
 def write_object(key, code, entry, symbols):
     """Store entry ``key``'s object code, then the manifest that vouches for it (a reader that
     meanwhile reads the old object and the new manifest looks again under the lock); then
-    evict least recently used entries while the cache is over its bound."""
+    evict least recently used entries if the cache is over its bound (``_grew``)."""
     bound = max_bytes()
-    manifest = {"key": key, "entry": entry, "symbols": list(symbols),
-                "sha256": hashlib.sha256(code).hexdigest()}
+    manifest = json.dumps({"key": key, "entry": entry, "symbols": list(symbols),
+                           "sha256": hashlib.sha256(code).hexdigest()}).encode()
     with _locked():
         _replace(_path(key, ".o"), code)
-        _replace(_path(key, ".manifest.json"), json.dumps(manifest).encode())
-        _evict(bound)
+        _replace(_path(key, ".manifest.json"), manifest)
+        _grew(len(code) + len(manifest), bound)
+
+
+def _grew(added, bound):
+    """Count ``added`` bytes just written to the private directory in its ledger (``_LEDGER``),
+    and evict (``_evict``, which counts the directory again) when the count passes ``bound``,
+    when the ledger is missing or unreadable, or when its last scan is over ``RESCAN_SECONDS``
+    old. A write then costs one small file, not a look at every entry: 0.1 s per write in a
+    cache of 20,000 entries. Files replaced or deleted in between only make the count high,
+    which brings the next scan sooner. The caller holds the lock."""
+    path = os.path.join(cache_dir(), _LEDGER)
+    try:
+        size, scanned = map(int, _read(path, _UID).split())
+    except (AttributeError, ValueError):  # missing, or not a ledger
+        size, scanned = None, 0
+    now = time.time_ns()
+    if size is None or size + added > bound or not 0 <= now - scanned <= RESCAN_SECONDS * 10**9:
+        size, scanned = _evict(bound), now
+    else:
+        size += added
+    _replace(path, f"{size} {scanned}".encode())
 
 
 def max_bytes():
@@ -383,7 +408,8 @@ def _scan():
 
 def _evict(bound):
     """Delete the temporary files of writers that died, then least recently used entries
-    until the private directory holds at most ``bound`` bytes. The caller holds the lock."""
+    until the private directory holds at most ``bound`` bytes; returns the bytes it then
+    holds. The caller holds the lock."""
     entries, temporary = _scan()
     _remove(*(path for path, _ in temporary))
     total = sum(e.size for e in entries)
@@ -392,6 +418,7 @@ def _evict(bound):
             break
         _remove(*e.paths)
         total -= e.size
+    return total
 
 
 def info():
@@ -415,5 +442,5 @@ def clear():
         entries, temporary = _scan()
         for e in entries:
             _remove(*e.paths)
-        _remove(*(path for path, _ in temporary))
+        _remove(*(path for path, _ in temporary), os.path.join(cache_dir(), _LEDGER))
     return len(entries), sum(e.size for e in entries) + sum(size for _, size in temporary)

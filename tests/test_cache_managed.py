@@ -46,7 +46,9 @@ def _keys(path):
 
 
 def _size(path):
-    return sum(os.path.getsize(os.path.join(path, name)) for name in _files(path))
+    """The bytes of the cache's entries (its lock and size ledger aside)."""
+    return sum(os.path.getsize(os.path.join(path, name)) for name in _files(path)
+               if name not in ("qb_lock", "qb_size"))
 
 
 def _age(path, keys):
@@ -78,6 +80,30 @@ def test_bound_is_respected_after_every_write(private, monkeypatch):
         assert _size(private) <= 20 * 1024
         assert cache.read_object(written[-1]) is not None, "the newest entry was evicted"
     assert 0 < len(_keys(private)) < 12
+
+
+def test_writes_count_the_size_instead_of_scanning_the_directory(private, monkeypatch):
+    """A write costs one small file, not a look at every entry; a missing, unreadable or
+    hour-old ledger, or a write past the bound, counts the directory again."""
+    scans = []
+    scan = cache._scan
+    monkeypatch.setattr(cache, "_scan", lambda: scans.append(1) or scan())
+    keys = [_fake(private, f"s{i}") for i in range(10)]
+    assert len(scans) == 1  # the first write: no ledger yet
+    ledger = private / "qb_size"
+    size, scanned = map(int, ledger.read_text().split())
+    assert size == _size(private)
+    ledger.write_text(f"{size} {scanned - (cache.RESCAN_SECONDS + 1) * 10**9}")
+    _fake(private, "old")
+    ledger.write_text("not a ledger")
+    _fake(private, "bad")
+    entries = _size(private)
+    assert len(scans) == 3 and int(ledger.read_text().split()[0]) == entries
+    monkeypatch.setenv("QUABLA_CACHE_MAX_BYTES", str(entries + 10))
+    newest = _fake(private, "past")
+    assert len(scans) == 4 and _size(private) <= entries + 10
+    assert keys[0] not in _keys(private) and newest in _keys(private)
+    assert cache.clear()[0] > 0 and not ledger.exists()
 
 
 @pytest.mark.parametrize("value, size", [(None, 2 * 1024**3), ("0", 0), ("12345", 12345),
@@ -191,7 +217,8 @@ def test_concurrent_compiles_of_one_program_leave_one_valid_entry(private, tmp_p
     for proc in procs:
         assert float(_finish(proc)[0]) == pytest.approx(np.sum(np.exp(x) * np.cos(x)), rel=1e-13)
     (key,) = _keys(private)
-    assert _files(private) == {key + ".py", key + ".o", key + ".manifest.json", "qb_lock"}
+    assert _files(private) == {key + ".py", key + ".o", key + ".manifest.json", "qb_lock",
+                               "qb_size"}
     assert cache.read_object(key) is not None
     stored = os.stat(private / f"{key}.o").st_mtime_ns
     _finish(_start(COMPILER, private, barrier, "c"))

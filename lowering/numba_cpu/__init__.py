@@ -55,7 +55,11 @@ def module_source(graph, n_threads=None):
 def _array_kernels(body):
     """The array kernels (kernels.py) ``body`` calls: an entry calling one links Numba's
     reference-counting runtime, and Numba finalises it (target.Entry)."""
-    return [name for name in KERNELS if re.search(rf"\b{name}\(", body)]
+    called = set(_KERNEL_CALL.findall(body))
+    return [name for name in KERNELS if name in called]
+
+
+_KERNEL_CALL = re.compile(r"\b(" + "|".join(map(re.escape, KERNELS)) + r")\(")
 
 
 def entry_module(body):
