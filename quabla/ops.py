@@ -489,12 +489,12 @@ def reshape(x, shape):
     if shape.count(-1) > 1:
         raise ValueError("quabla.reshape: only one dimension can be -1")
     if -1 in shape:
-        rest = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        rest = int(math.prod([d for d in shape if d != -1]))
         if rest <= 0 or size % rest:
             raise ValueError(f"quabla.reshape: cannot reshape {x.shape} to {shape}")
         shape[shape.index(-1)] = size // rest
     shape = tuple(shape)
-    if builtins.any(d <= 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) != size:
+    if builtins.any(d <= 0 for d in shape) or int(math.prod(shape)) != size:
         raise ValueError(f"quabla.reshape: cannot reshape {x.shape} to {list(shape)}")
     if shape == tuple(x.shape):
         return x
@@ -764,7 +764,7 @@ def mean(x, axis=None, keepdims=False, *, dtype=None, where=None):
     total = sum(x, axis, keepdims, where=where)
     if where is None:
         axes = normalize_axes(axis, x.ndim, "mean")
-        count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+        count = int(math.prod([x.shape[d] for d in axes]))
         return divide(total, float(count))
     mask = broadcast_to(as_bool(where, "mean"), x.shape)
     return divide(total, astype(sum(mask, axis, keepdims), x.dtype))

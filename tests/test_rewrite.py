@@ -306,12 +306,24 @@ def test_dce_removes_unused_nodes_and_keeps_inputs():
     assert "exp" not in op_counts(graph)
 
 
+def _one_term_layers(w1, w2, x):
+    h = qb.tanh(qb.einsum("i,ij->j", qb.reshape(x[0], (1,)), w1))
+    g = qb.transpose(qb.transpose(qb.broadcast_to(h, (2, 4)))) * 2.0
+    return qb.sum(qb.exp(qb.broadcast_to(h, (3, 4))) + (g @ w2)[0]) * qb.sum(x)
+
+
 def test_simplify_is_idempotent_and_preserves_values():
     fns = [
         staged_graph(qb.grad(qb.grad(lambda x: qb.tanh(x) ** 3.0 + x ** 2.0)), S),
         staged_graph(qb.value_and_grad(_readme_loss), qb.array(2.5), P),
         staged_graph(qb.grad(lambda w, x: qb.sum(qb.tanh(x @ w) ** 2)),
                      qb.ones((3, 2)), qb.ones((4, 3))),
+        # the rules' own nodes (one-term products, composed transposes and broadcasts, ops
+        # hoisted above broadcasts) are rewritten too: one sweep reaches the fixed point
+        staged_graph(qb.value_and_grad(_one_term_layers), qb.ones((1, 4)), qb.ones((4, 4)), P),
+        staged_graph(qb.jit(qb.vmap(qb.grad(qb.grad(
+            lambda t, w: qb.sum(qb.tanh(qb.reshape(t, (1,)) @ w)))), in_axes=(0, None))),
+            P, qb.ones((1, 3))),
     ]
     for graph in fns:
         again = simplify(graph)

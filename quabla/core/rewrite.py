@@ -7,6 +7,8 @@ is only ever created in canonical form, merges regions that share their operands
 (``REGION_RULES``), then drops what the outputs do not need, inside regions too.
 """
 
+import math
+
 import numpy as np
 
 from .graph import Const, Graph, GraphBuilder
@@ -39,9 +41,16 @@ REGION_RULES = {}  # op -> its RegionRules (filled by ``quabla.control``)
 
 
 def simplify(graph, max_passes=4):
-    """Return an equivalent, smaller graph (the same inputs, in the same order)."""
+    """Return an equivalent, smaller graph (the same inputs, in the same order). A sweep
+    leaves every node in canonical form (the rules' own nodes are rewritten too), so another
+    would change nothing unless regions were merged or pruned meanwhile: only then is the
+    graph swept again, until nothing changes."""
     for _ in range(max_passes):
-        new = _dce(_merge(_sweep(graph)))
+        swept = _sweep(graph)
+        merged = _merge(swept)
+        new, pruned = _dce(merged)
+        if merged is swept and not pruned:
+            return new
         if len(new.nodes) == len(graph.nodes) and new == graph:
             return new
         graph = new
@@ -55,6 +64,10 @@ class _Sweep:
 
     def node(self, i):
         return self.b.nodes[i]
+
+    def rewrite(self, op, operands, params, shape, dtype, weak=False):
+        """The node ``op(operands)`` in canonical form: a rule's node gets every rule too."""
+        return _rewrite(self, _Spec(op, params, shape, dtype, weak), operands)
 
     def emit(self, op, operands, params, shape, dtype, weak=False):
         key = (op, operands, params, shape, dtype.name, weak)
@@ -107,8 +120,7 @@ def _sweep(graph):
         if node.op == "constant":
             remap[nid] = s.const(node.kw["value"], node.dtype, node.weak)
             continue
-        operands = tuple(remap[o] for o in node.operands)
-        remap[nid] = _rewrite(s, node, operands)
+        remap[nid] = _rewrite(s, node, tuple([remap[o] for o in node.operands]))
     return s.b.build([remap[o] for o in graph.outputs])
 
 
@@ -119,7 +131,7 @@ def _rewrite(s, node, operands):
         return simpler
     prim = PRIMITIVES[op]
     if prim.foldable and operands and all(s.is_const(o) for o in operands) and (
-        int(np.prod(shape, dtype=np.int64)) <= FOLD_LIMIT
+        int(math.prod(shape)) <= FOLD_LIMIT
     ):
         with np.errstate(all="ignore"):
             value = prim.impl(*[s.node(o).kw["value"].value for o in operands], **dict(params))
@@ -150,9 +162,8 @@ def _identity(s, op, operands, node):
                 u = s.node(upd)
                 if (u.op == "dynamic_update_add" and s.splat(u.operands[0]) == 0
                         and _same_aval(s, acc, node) and _same_aval(s, upd, node)):
-                    return s.emit(op="dynamic_update_add", operands=(acc,) + u.operands[1:],
-                                  params=u.params, shape=node.shape, dtype=node.dtype,
-                                  weak=node.weak)
+                    return s.rewrite("dynamic_update_add", (acc,) + u.operands[1:], u.params,
+                                     node.shape, node.dtype, node.weak)
     elif op in ("mul", "div"):
         x, y = operands
         if s.splat(y) == 1 and _same_aval(s, x, node):
@@ -181,7 +192,8 @@ def _identity(s, op, operands, node):
         if inner.shape == node.shape:
             return x
         if inner.op == "reshape":
-            return s.emit("reshape", inner.operands, node.params, node.shape, node.dtype, node.weak)
+            return s.rewrite("reshape", inner.operands, node.params, node.shape, node.dtype,
+                             node.weak)
     elif op == "transpose":
         inner = s.node(operands[0])
         perm = kw["permutation"]
@@ -192,8 +204,8 @@ def _identity(s, op, operands, node):
             composed = tuple(first[p] for p in perm)
             if composed == tuple(range(len(composed))):
                 return inner.operands[0]
-            return s.emit("transpose", inner.operands, (("permutation", composed),),
-                          node.shape, node.dtype, node.weak)
+            return s.rewrite("transpose", inner.operands, (("permutation", composed),),
+                             node.shape, node.dtype, node.weak)
     elif op == "rev":
         inner = s.node(operands[0])
         if not kw["dimensions"]:
@@ -208,9 +220,9 @@ def _identity(s, op, operands, node):
         if inner.op == "broadcast_in_dim":
             dims = kw["broadcast_dimensions"]
             composed = tuple(dims[d] for d in inner.kw["broadcast_dimensions"])
-            return s.emit("broadcast_in_dim", inner.operands,
-                          (("broadcast_dimensions", composed), ("shape", node.shape)),
-                          node.shape, node.dtype, node.weak)
+            return s.rewrite("broadcast_in_dim", inner.operands,
+                             (("broadcast_dimensions", composed), ("shape", node.shape)),
+                             node.shape, node.dtype, node.weak)
     elif PRIMITIVES[op].kind == "reduction":
         if not kw["axes"]:
             return operands[0]
@@ -237,21 +249,21 @@ def _single_term_product(s, operands, node, dimension_numbers):
         kept = [d for d in range(len(n.shape)) if d not in contract]
         x = o
         if len(kept) != len(n.shape):  # drop the contracted axes of extent 1
-            x = s.emit("reshape", (x,), (("new_shape", tuple(n.shape[d] for d in kept)),),
-                       tuple(n.shape[d] for d in kept), n.dtype, n.weak)
+            x = s.rewrite("reshape", (x,), (("new_shape", tuple(n.shape[d] for d in kept)),),
+                          tuple(n.shape[d] for d in kept), n.dtype, n.weak)
         order = tuple(kept.index(d) for d in tuple(batch) + free)
         shape = tuple(n.shape[d] for d in tuple(batch) + free)
         if order != tuple(range(len(order))):
-            x = s.emit("transpose", (x,), (("permutation", order),), shape, n.dtype, n.weak)
+            x = s.rewrite("transpose", (x,), (("permutation", order),), shape, n.dtype, n.weak)
         if first is None:
             first = len(node.shape) - len(free)
         dims = tuple(range(n_batch)) + tuple(range(first, first + len(free)))
         if shape != tuple(node.shape):
-            x = s.emit("broadcast_in_dim", (x,),
-                       (("broadcast_dimensions", dims), ("shape", tuple(node.shape))),
-                       tuple(node.shape), n.dtype, n.weak)
+            x = s.rewrite("broadcast_in_dim", (x,),
+                          (("broadcast_dimensions", dims), ("shape", tuple(node.shape))),
+                          tuple(node.shape), n.dtype, n.weak)
         factors.append(x)
-    return s.emit("mul", tuple(factors), (), node.shape, node.dtype, node.weak)
+    return s.rewrite("mul", tuple(factors), (), node.shape, node.dtype, node.weak)
 
 
 def _fold_transposes(s, operands, node, dimension_numbers):
@@ -277,7 +289,7 @@ def _fold_transposes(s, operands, node, dimension_numbers):
         return None
     numbers = ((axes[0][0], axes[1][0]), (axes[0][1], axes[1][1]))
     params = tuple((k, numbers if k == "dimension_numbers" else v) for k, v in node.params)
-    return s.emit("dot_general", tuple(folded), params, node.shape, node.dtype, node.weak)
+    return s.rewrite("dot_general", tuple(folded), params, node.shape, node.dtype, node.weak)
 
 
 def _hoist_broadcast(s, node, operands):
@@ -293,21 +305,20 @@ def _hoist_broadcast(s, node, operands):
     small = s.node(sources[0][0]).shape
     if any(d != dims or s.node(src).shape != small for src, d in sources):
         return None
-    inner_node = _Shadow(node, small)
-    inner = _rewrite(s, inner_node, tuple(src for src, _ in sources))
-    return s.emit("broadcast_in_dim", (inner,),
-                  (("broadcast_dimensions", dims), ("shape", node.shape)),
-                  node.shape, node.dtype, node.weak)
+    inner = s.rewrite(node.op, tuple(src for src, _ in sources), node.params, small, node.dtype,
+                      node.weak)
+    return s.rewrite("broadcast_in_dim", (inner,),
+                     (("broadcast_dimensions", dims), ("shape", node.shape)),
+                     node.shape, node.dtype, node.weak)
 
 
-class _Shadow:
-    """The same op as ``node`` on a smaller shape."""
+class _Spec:
+    """A node the rewriter is about to make: what ``_rewrite`` reads of one."""
 
     __slots__ = ("op", "params", "shape", "dtype", "weak")
 
-    def __init__(self, node, shape):
-        self.op, self.params, self.dtype, self.weak = node.op, node.params, node.dtype, node.weak
-        self.shape = shape
+    def __init__(self, op, params, shape, dtype, weak):
+        self.op, self.params, self.shape, self.dtype, self.weak = op, params, shape, dtype, weak
 
 
 def _merge(graph):
@@ -359,7 +370,8 @@ def _merge(graph):
 
 def _dce(graph):
     """Drop what the outputs do not need; a region keeps only the results read and what they
-    need (``REGION_RULES`` prune its sub-graphs and operands, its ``get``s are renumbered)."""
+    need (``REGION_RULES`` prune its sub-graphs and operands, its ``get``s are renumbered).
+    Returns ``(graph, whether a region was pruned)``."""
     live = set(graph.outputs)
     reads, pruned = {}, {}
     for nid in range(len(graph.nodes) - 1, -1, -1):
@@ -391,6 +403,7 @@ def _dce(graph):
             operands = [operands[k] for k in kept]
         elif node.op == "get" and operands[0] in pruned:
             params = (("index", pruned[operands[0]][2][node.kw["index"]]),)
-        new_id[nid] = b.add(node.op, tuple(new_id[o] for o in operands), params, node.shape,
+        new_id[nid] = b.add(node.op, tuple([new_id[o] for o in operands]), params, node.shape,
                             node.dtype, node.weak)
-    return Graph(b.nodes, b.inputs, [new_id[o] for o in graph.outputs], b.input_names)
+    return (Graph(b.nodes, b.inputs, [new_id[o] for o in graph.outputs], b.input_names),
+            bool(pruned))

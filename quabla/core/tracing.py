@@ -8,6 +8,7 @@ node in the innermost trace in progress that the tracers belong to. Eager arrays
 traces are lifted into the inner graph as capture inputs, so closures compose (spec S3b, S4b).
 """
 
+import math
 import threading
 
 import numpy as np
@@ -139,7 +140,7 @@ class TraceTensor:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     def __len__(self):
         if not self.shape:
@@ -245,7 +246,7 @@ def _staging_frame(shapes):
     now would materialize it: ``1.0 - eye(8192)``, or a gradient seed times a big constant,
     is 512 MB at trace time, where the compiled program fuses it), else None (computed now)."""
     stack = current_frames()
-    if stack and any(int(np.prod(shape, dtype=np.int64)) > FOLD_LIMIT for shape in shapes):
+    if stack and any(int(math.prod(shape)) > FOLD_LIMIT for shape in shapes):
         return stack[-1]
     return None
 

@@ -11,6 +11,8 @@ derivative is narrowed before its block is assembled; where reverse mode is impo
 cotangent would cross a ``while_loop``) it falls back to forward mode.
 """
 
+import math
+
 import numpy as np
 
 from .. import ops
@@ -100,7 +102,7 @@ def _prefers_reverse(graph, in_avals, out_avals):
     """Reverse mode when the floating outputs have fewer elements than the inputs, every
     output is floating, and no float64 output's derivative would be narrowed to float32."""
     def size(shape):
-        return int(np.prod(shape, dtype=np.int64))
+        return int(math.prod(shape))
 
     if not all(d.is_floating for _, d in out_avals):
         return False
@@ -136,7 +138,7 @@ def _jacobian_graph(graph, selected, in_avals, n_out, reverse):
         mask = [j in selected for j in range(n_in)]
         derivative = jvp_graph(differentiated, mask)
         seeds, results = in_avals, out_avals
-    sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _ in seeds]
+    sizes = [int(math.prod(shape)) for shape, _ in seeds]
     batched, _ = batch_graph(derivative, [False] * n_in + [True] * len(seeds),
                              max(sum(sizes), 1), [False] * n_out + [True] * len(results))
     frame = TraceFrame()

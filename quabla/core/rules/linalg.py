@@ -2,6 +2,8 @@
 cholesky, and the helpers on stacks of matrices that the decompositions' rules
 (``decompositions.py``) share."""
 
+import math
+
 import numpy as np
 
 from ... import ops
@@ -45,7 +47,7 @@ def dot_general_impl(lhs, rhs, *, dimension_numbers):
     """Transpose to (batch, free, contract) x (batch, contract, free) and use np.matmul."""
     (lc, rc), (lb, rb) = dimension_numbers
     lf, rf = _free(lhs.ndim, lc, lb), _free(rhs.ndim, rc, rb)
-    size = lambda x, dims: int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    size = lambda x, dims: int(math.prod([x.shape[d] for d in dims]))
     bshape = tuple(lhs.shape[d] for d in lb)
     a = np.transpose(lhs, lb + lf + lc).reshape(size(lhs, lb), size(lhs, lf), size(lhs, lc))
     b = np.transpose(rhs, rb + rc + rf).reshape(size(rhs, rb), size(rhs, rc), size(rhs, rf))

@@ -1,6 +1,8 @@
 """Rule tables of the structural primitives: broadcast, reshape, transpose, slice, pad,
 concatenate, select and cast. All are linear in their array operands (select in its branches)."""
 
+import math
+
 import numpy as np
 
 from ... import dtypes as _dt
@@ -75,7 +77,7 @@ register(Primitive(
 # -- reshape ----------------------------------------------------------------------------------
 
 def _reshape_shape(x, *, new_shape):
-    if int(np.prod(new_shape, dtype=np.int64)) != x.size:
+    if int(math.prod(new_shape)) != x.size:
         raise ValueError(f"reshape: cannot reshape {x.shape} to {list(new_shape)}")
     return tuple(new_shape), x.dtype, x.weak
 
