@@ -79,19 +79,24 @@ def _bindings(items):
         if isinstance(item, Block) and item.header.startswith(("elif", "else")):
             branches |= _bindings(item.body)  # Counter union: the larger count
             continue
-        total += branches or collections.Counter()
+        if branches:
+            total.update(branches)
         branches = None
         if isinstance(item, Block) and item.header.startswith("if "):
             branches = _bindings(item.body)
         elif isinstance(item, (Block, Loop)):
-            total += _bindings(item.body)
+            total.update(_bindings(item.body))
             if isinstance(item, Loop):
                 total[item.var] += 2
         elif isinstance(item, Assign):
             total.update(item.targets)
-        elif isinstance(item, str) and _REBINDS.match(item):
-            total[_REBINDS.match(item).group(1)] += 2
-    return total + (branches or collections.Counter())
+        elif isinstance(item, str):
+            rebinds = _REBINDS.match(item)
+            if rebinds:
+                total[rebinds.group(1)] += 2
+    if branches:
+        total.update(branches)
+    return total
 
 
 def propagate(items):
@@ -110,7 +115,8 @@ def propagate(items):
     def sub(text, env):
         if not env:
             return text
-        text = _WORDS.sub(lambda m: env.get(m.group(0), m.group(0)), text)
+        if not env.keys().isdisjoint(_WORDS.findall(text)):
+            text = _WORDS.sub(lambda m: env.get(m.group(0), m.group(0)), text)
         return _CONSTANT_INDEX.sub(lambda m: f"[{_folded(m.group(1))}]", text)
 
     def run(items, env):
