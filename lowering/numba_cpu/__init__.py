@@ -37,7 +37,7 @@ from lowering.numba_cpu.runtime import *  # noqa: F401,F403
 from lowering.numba_cpu.target import entry, lean_pipeline
 """
 _KERNELS_IMPORT = "from numba import carray\nfrom lowering.numba_cpu.kernels import {}\n"
-_DECORATOR = "\n@entry(lean_pipeline(), nrt={})\n"
+_DECORATOR = "\n@entry(lean_pipeline({}), nrt={})\n"
 
 
 # Python's recursion limit while Numba compiles an entry (see _deep_recursion).
@@ -49,7 +49,8 @@ def module_source(graph, n_threads=None):
     entry (codegen.generate), its tile loop split across ``n_threads`` (default:
     ``threads.count()``) if worth it."""
     bodies, constants, buffers, phases = generate(graph, n_threads or threads.count())
-    return tuple(entry_module(body) for body in bodies), constants, buffers, phases
+    return (tuple(entry_module(body, quick) for body, quick in bodies), constants, buffers,
+            phases)
 
 
 def _array_kernels(body):
@@ -62,12 +63,13 @@ def _array_kernels(body):
 _KERNEL_CALL = re.compile(r"\b(" + "|".join(map(re.escape, KERNELS)) + r")\(")
 
 
-def entry_module(body):
+def entry_module(body, quick=False):
     """The module source of an entry whose function (``def quabla_entry(args):``) is
-    ``body``."""
+    ``body``; ``quick``: LLVM compiles it with its quick pipeline (workload.py)."""
     kernels = _array_kernels(body)
     imports = _KERNELS_IMPORT.format(", ".join(kernels)) if kernels else ""
-    return _HEADER + imports + _DECORATOR.format(bool(kernels)) + body
+    return _HEADER + imports + _DECORATOR.format("quick=True" if quick else "",
+                                                  bool(kernels)) + body
 
 
 # Parts translated to LLVM IR without Numba where direct.py knows their source;

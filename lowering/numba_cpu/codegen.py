@@ -25,6 +25,7 @@ from ..loopnest.schedule import fused, tail_last
 from . import linalg, regions, structural  # noqa: F401  (they fill the lowering table)
 from . import parts
 from .emitter import Emitter
+from .workload import quick_parts, work
 from .linalg import BLAS_THRESHOLD
 from .passes import check_integers, phased, private_buffers, propagate, views
 from .source import Named, argument
@@ -68,7 +69,7 @@ def _first_constant(e, first, shared):
 def generate(graph, n_threads=1, part_lines=None):
     """Returns ``(bodies, constants, buffers, phases)``: the source of each part of the
     entry (``parts.split``; one for most programs, called in order; a threaded entry's three
-    phases), the constant arrays (last in the argument tuple), the scratch buffers
+    phases) with whether LLVM compiles it quickly (``workload.py``), the constant arrays (last in the argument tuple), the scratch buffers
     (``(dtype name, elements)`` each) that follow the inputs and results in the argument
     tuple, and ``phases``: None for an entry called once, else how a threaded entry is called
     (``threads.Phases``, made by ``passes.phased``): control rows ``[before the loop]``, one
@@ -105,7 +106,8 @@ def generate(graph, n_threads=1, part_lines=None):
         dtype = {"f4": "float32", "f8": "float64", "b1": "bool"}[c.dtype.str[1:]]
         prologue.append(Assign(f"c{k}", argument(constant + k, Named(dtype))))
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
-    sources = []
+    sources, estimates = [], []
+    tiles = e.threaded.extent // e.threaded.tile if phases else 1
     for body in bodies:
         named = names(body)
         own = [item for item in prologue if item.targets[0] in named]
@@ -115,14 +117,16 @@ def generate(graph, n_threads=1, part_lines=None):
                      starts)
         if "ctl" in named:  # a threaded entry's tile loop: its control row
             own.append(Assign("ctl", f"_arg(args, {_control(e, first, shared)}, 0, np.int64)"))
-        lines = render(propagate(own + body))
+        items = propagate(own + body)
+        lines = render(items)
         if not lines:  # nothing to do once its copies are read in place
             if phases is None and len(bodies) > 1 and (sources or body is not bodies[-1]):
                 continue  # a part left out (the last one stays when all before it went)
             lines = ["    pass"]
         check_integers(lines)
         sources.append("\n".join([f"def {FUNCTION_NAME}(args):"] + lines) + "\n")
+        estimates.append(work(items, tiles))
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in private_buffers(e)]
-    return sources, e.constants, buffers, phases
+    return list(zip(sources, quick_parts(estimates))), e.constants, buffers, phases

@@ -584,25 +584,34 @@ class _Function:
         self.b.branch(self.exits[-1])
 
 
-def _entry_body(source):
-    """The body of generated ``source``'s one function (an entry: nothing but imports around
-    it, and the decorator of numba_cpu/__init__.py; one that calls the array kernels has
-    Numba count references, which their C functions here do not need)."""
+# the decorators of numba_cpu/__init__.py (an entry that calls the array kernels has Numba
+# count references, which their C functions here do not need) -> whether LLVM is quick
+_DECORATORS = {f"entry(lean_pipeline({arg}), nrt={nrt})": bool(arg)
+               for arg in ("", "quick=True") for nrt in (False, True)}
+
+
+def _entry(source):
+    """``(body, quick)`` of generated ``source``'s one function (an entry: nothing but imports
+    around it, and a decorator of numba_cpu/__init__.py)."""
     tree = ast.parse(source)
     functions = [s for s in tree.body if isinstance(s, ast.FunctionDef)]
     others = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.Import,
                                                            ast.ImportFrom))]
-    if len(functions) != 1 or others or len(functions[0].decorator_list) != 1 or ast.unparse(
-            functions[0].decorator_list[0]) not in ("entry(lean_pipeline(), nrt=False)",
-                                                   "entry(lean_pipeline(), nrt=True)"):
+    if len(functions) != 1 or others or len(functions[0].decorator_list) != 1:
         raise Unsupported("not an entry")
-    return functions[0].body
+    quick = _DECORATORS.get(ast.unparse(functions[0].decorator_list[0]))
+    if quick is None:
+        raise Unsupported("not an entry")
+    return functions[0].body, quick
 
 
 def translate(source, name):
     """The LLVM IR (text) of generated ``source``'s entry as ``void name(i8* args)``;
     ``Unsupported`` if it uses what this module does not translate."""
-    body = _entry_body(source)
+    return _translated(_entry(source)[0], name)
+
+
+def _translated(body, name):
     types = {}
     for _ in range(8):  # each retry widens a variable's type
         module = ir.Module(name=name)
@@ -621,11 +630,12 @@ def translate(source, name):
 
 class DirectEntry:
     """A part translated here: its module parsed, optimised and compiled by LLVM on a thread
-    (``machine.ObjectCode``); the same interface as ``target.Entry``."""
+    (``machine.ObjectCode``; ``quick``: with LLVM's quick pipeline); the same interface as
+    ``target.Entry``."""
 
-    def __init__(self, text, native_name):
+    def __init__(self, text, native_name, quick=False):
         self.native_name = native_name
-        self._object = machine.ObjectCode(text)
+        self._object = machine.ObjectCode(text, quick)
 
     def result(self):
         """``(object code, external symbols)``."""
@@ -635,4 +645,5 @@ class DirectEntry:
 def compile_entry(key, source):
     """``DirectEntry`` of part ``key``'s generated ``source``, or ``Unsupported``."""
     name = f"quabla_direct_{key}"
-    return DirectEntry(translate(source, name), name)
+    body, quick = _entry(source)
+    return DirectEntry(_translated(body, name), name, quick)

@@ -8,6 +8,8 @@ way here), so an entry's object is the same whichever front end made its module:
 (target.py) or the direct translation (direct.py), which never imports Numba. The pipeline is
 LLVM's at ``OPTIMISATION_LEVEL`` with loops vectorised; entries leave the loop unroller out
 (10-45% of LLVM's time on an entry, steps within noise: docs/compile-time.md), kernels keep it.
+A part that does little of its program's work (workload.py) gets the quick pipeline: O1 without
+the vectorisers, then LLVM's fast instruction selector (a target machine at O0).
 """
 
 import inspect
@@ -25,7 +27,7 @@ OPTIMISATION_LEVEL = 2
 _NO_AVX = {"corei7-avx", "core-avx-i", "sandybridge", "ivybridge", "nocona"}
 
 _lock = threading.Lock()
-_machine = None
+_machines = {}  # quick -> the target machine
 
 
 def _cpu_name():
@@ -47,30 +49,35 @@ def _features():
     return features.flatten()
 
 
-def target_machine():
-    """The host's target machine, made once (as Numba's JIT code generator makes it)."""
-    global _machine
+def target_machine(quick=False):
+    """The host's target machine, made once (as Numba's JIT code generator makes it); the
+    ``quick`` one generates code at O0 (LLVM's fast instruction selector and register
+    allocator)."""
     with _lock:
-        if _machine is None:
+        machine = _machines.get(quick)
+        if machine is None:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             target = llvm.Target.from_triple(llvm.get_process_triple())
             arch = target.name
-            options = dict(cpu=_cpu_name(), features=_features(), opt=OPTIMISATION_LEVEL,
+            options = dict(cpu=_cpu_name(), features=_features(),
+                           opt=0 if quick else OPTIMISATION_LEVEL,
                            reloc="static" if arch.startswith("x86") else
                            ("pic" if arch.startswith("ppc") else "default"),
                            codemodel="jitdefault")
             if "jit" in inspect.signature(target.create_target_machine).parameters:
                 options["jit"] = True
-            _machine = target.create_target_machine(**options)
-        return _machine
+            machine = _machines[quick] = target.create_target_machine(**options)
+        return machine
 
 
-def tuning(slp=False, unroll=False, loop_vectorize=None):
+def tuning(slp=False, unroll=False, loop_vectorize=None, quick=False):
     """The module pipeline's options: ``slp`` turns on LLVM's SLP vectoriser (Numba leaves it
-    off), ``unroll`` its loop unroller (entries leave it off)."""
-    options = llvm.create_pipeline_tuning_options(speed_level=OPTIMISATION_LEVEL)
-    if loop_vectorize is None:
+    off), ``unroll`` its loop unroller (entries leave it off); ``quick``: O1, no vectoriser."""
+    options = llvm.create_pipeline_tuning_options(speed_level=1 if quick else OPTIMISATION_LEVEL)
+    if quick:
+        loop_vectorize = False
+    elif loop_vectorize is None:
         loop_vectorize = int(os.environ.get("NUMBA_LOOP_VECTORIZE", "1"))
     options.loop_vectorization = bool(loop_vectorize)
     options.slp_vectorization = slp
@@ -78,15 +85,15 @@ def tuning(slp=False, unroll=False, loop_vectorize=None):
     return options
 
 
-def optimise(module, slp=False, unroll=False):
+def optimise(module, slp=False, unroll=False, quick=False):
     """The module pipeline (``tuning``) on the parsed LLVM ``module``."""
-    builder = llvm.create_pass_builder(target_machine(), tuning(slp, unroll))
+    builder = llvm.create_pass_builder(target_machine(quick), tuning(slp, unroll, quick=quick))
     builder.getModulePassManager().run(module, builder)
 
 
-def emit(module):
+def emit(module, quick=False):
     """The object code of the (optimised) LLVM ``module``."""
-    return target_machine().emit_object(module)
+    return target_machine(quick).emit_object(module)
 
 
 def compile_module(text, slp=False, unroll=True):
@@ -111,12 +118,13 @@ def externals(module):
 class ObjectCode:
     """The object code of an entry's LLVM module (parsed, or its text: parsed and verified
     here, in an LLVM context of its own, which no other thread touches), optimised (without
-    unrolling) and compiled on a thread of its own: llvmlite releases the GIL, so the front
-    end of the next part runs meanwhile. ``result()`` waits: ``(object code, external
-    symbols)``."""
+    unrolling; ``quick``: the quick pipeline) and compiled on a thread of its own: llvmlite
+    releases the GIL, so the front end of the next part runs meanwhile. ``result()`` waits:
+    ``(object code, external symbols)``."""
 
-    def __init__(self, module):
+    def __init__(self, module, quick=False):
         self._result = None
+        self._quick = quick
         if not LLVM_THREAD:
             self._compile(module)
         else:
@@ -136,8 +144,8 @@ class ObjectCode:
                 context = llvm.create_context()
                 module = llvm.parse_assembly(module, context)
                 module.verify()
-            optimise(module)
-            self._result = emit(module), externals(module)
+            optimise(module, quick=self._quick)
+            self._result = emit(module, self._quick), externals(module)
         except BaseException as error:  # raised again by result()
             self._result = error
 

@@ -217,9 +217,11 @@ _WITHOUT_NRT = ("IRLegalization",)
 _PIPELINE = None
 
 
-def lean_pipeline():
+def lean_pipeline(quick=False):
     """The compiler class of generated entries: Numba's nopython pipeline less the passes
-    in ``_UNUSED_PASSES`` (and ``_WITHOUT_NRT`` for an entry without reference counts)."""
+    in ``_UNUSED_PASSES`` (and ``_WITHOUT_NRT`` for an entry without reference counts).
+    ``quick`` (a part doing little of its program's work, workload.py) picks LLVM's pipeline in
+    the direct translation; Numba compiles such a part as any other."""
     global _PIPELINE
     if _PIPELINE is None:
         class LeanPipeline(CompilerBase):

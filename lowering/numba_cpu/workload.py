@@ -1,0 +1,65 @@
+"""Which parts of an entry LLVM compiles with its quick pipeline (``machine.QUICK``).
+
+LLVM's optimisation of a part (vectorising its loops, scheduling, allocating registers) is
+paid on every cold call and on every edit that changes the part; it is repaid only by the time
+the part runs. A part whose own statements do at most ``1 / SHARE`` of its program's work (a
+penalty term and its gradient, the copies of results, a threaded entry's sum of partials)
+cannot repay it: it compiles at LLVM's O1 without the vectorisers, and with its fast
+instruction selector, in about a third of the time. An edit that adds a term mostly changes
+such a part (the program's tail), so it is what an edit recompiles.
+
+Work is estimated from the statement tree: statements executed, a loop's body once per trip (a
+threaded entry's loop over the control row: once per tile), and the multiplies of each product
+a part hands to BLAS or the product kernel (``_gemm``, ``_matmul_*``). Products count toward
+the program's work but not the part's own: their code is compiled elsewhere, whatever the
+part's pipeline. A part with a loop of unknown length (a ``while`` region) is never quick.
+"""
+
+import math
+import re
+
+from .statements import Block, Loop
+
+__all__ = ["SHARE", "PRODUCT_SPEED", "work", "quick_parts"]
+
+SHARE = 100
+# a multiply of a product (BLAS, the product kernel) takes about a tenth of a statement's time
+PRODUCT_SPEED = 10
+_PRODUCT = re.compile(r"^_(?:gemm|matmul_float\d+)\(.*?((?:, \d+){3,4}), [01], [01]\)$")
+
+
+def work(items, tiles):
+    """``(own, products, known)`` of the statements ``items``: the statements they execute,
+    the multiplies of the products they call, and whether every loop's length is known (the
+    control row's loop runs over ``tiles`` tiles)."""
+    own = products = 0
+    known = True
+    for item in items:
+        if isinstance(item, Loop):
+            if all(isinstance(b, int) for b in (item.start, item.stop, item.step)):
+                trips = len(range(item.start, item.stop, item.step))
+            elif item.counted():  # over the control row's tiles
+                trips = tiles
+            else:
+                trips, known = 1, False
+            body = work(item.body, tiles)
+            own, products = own + 1 + trips * body[0], products + trips * body[1]
+            known = known and body[2]
+        elif isinstance(item, Block):
+            body = work(item.body, tiles)
+            own, products = own + 1 + body[0], products + body[1]
+            known = known and body[2] and not item.loops
+        else:
+            own += 1
+            product = _PRODUCT.match(item) if isinstance(item, str) else None
+            if product:
+                products += math.prod(int(n) for n in product.group(1)[2:].split(", "))
+    return own, products, known
+
+
+def quick_parts(estimates):
+    """Whether each part (its ``work``) compiles with the quick pipeline: its length known and
+    its own work at most ``1 / SHARE`` of the program's. A program of one part has none."""
+    total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
+    return [len(estimates) > 1 and known and own * SHARE <= total
+            for own, _, known in estimates]

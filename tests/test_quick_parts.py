@@ -1,0 +1,102 @@
+"""Parts that do little of their program's work compile with LLVM's quick pipeline
+(lowering/numba_cpu/workload.py): the estimate of a part's work, which parts it picks, and that
+quick parts give the same bits as optimised ones (neither pipeline reassociates floating
+point), called twice and linked again from the cache."""
+
+import numpy as np
+import pytest
+
+import quabla as qb
+import device_cases
+from lowering.numba_cpu import compile_graph, load_cached, module_source, parts, workload
+from lowering.numba_cpu.statements import Block, Loop
+from quabla.core.interpret import evaluate
+
+
+def _loop(stop, body, start=0, step=1, var="i0"):
+    loop = Loop(var, stop, start, step)
+    loop.body = body
+    return loop
+
+
+def test_work_counts_each_statement_once_per_trip():
+    items = ["a[0] = 1.0", _loop(8, ["x = 1", _loop(10, ["y[i1] = 2"], var="i1")]),
+             _loop(9, ["z = 3"], start=1, step=2)]
+    assert workload.work(items, tiles=1) == (1 + (1 + 8 * (1 + 1 + 10)) + (1 + 4), 0, True)
+
+
+def test_work_of_the_control_row_loop_is_per_tile_and_while_loops_are_unknown():
+    tiled = [_loop("ctl[3]", ["s = 1", "t = 2"], start="ctl[2]", step=64, var="r")]
+    assert workload.work(tiled, tiles=4) == (1 + 4 * 2, 0, True)
+    assert workload.work([Block("while True:", ["x = 1", "break"], loops=True)], 1)[2] is False
+    assert workload.work([_loop("n", ["x = 1"])], 1)[2] is False  # a length not known here
+    branches = [Block("if c:", ["x = 1"]), Block("else:", ["x = 2", "y = 3"])]
+    assert workload.work(branches, 1) == (2 + 1 + 2, 0, True)
+
+
+def test_products_count_toward_the_program_not_the_part():
+    items = ["_gemm(a, b, t4, 64, 32, 16, 0, 1)",
+             _loop(3, ["_gemm(_offset(a, b * 2048), _offset(w, b * 512), "
+                       "_offset(t, b * 1024), 64, 32, 16, 0, 0)"], var="b"),
+             "_matmul_float32(a, b, t, w, 2, 8, 128, 64, 1, 0)"]
+    own, products, known = workload.work(items, 1)
+    assert (own, known) == (1 + (1 + 3) + 1, True)
+    assert products == 64 * 32 * 16 * 4 + 2 * 8 * 128 * 64
+
+
+@pytest.mark.parametrize("estimates, expected", [
+    ([(10, 0, True)], [False]),                                # one part: none
+    ([(1000, 0, True), (10, 0, True)], [False, True]),         # 1% of the program
+    ([(1000, 0, True), (11, 0, True)], [False, False]),
+    ([(1000, 0, True), (10, 0, False)], [False, False]),       # a loop of unknown length
+    ([(5, 10_000, True), (11, 0, True)], [True, False]),       # products at a tenth
+])
+def test_quick_parts_are_those_doing_one_hundredth_of_the_work(estimates, expected):
+    assert workload.quick_parts(estimates) == expected
+
+
+def _penalised(w, b, x):
+    """A small MLP loss whose L2 penalty and gradient copies are a tail of little work."""
+    h = qb.tanh(x @ w + b)
+    return qb.mean(h ** 2) + 1e-4 * (qb.sum(w * w) + qb.sum(b * b))
+
+
+@pytest.fixture
+def program(monkeypatch):
+    monkeypatch.setattr(parts, "PART_LINES", 12)  # cut in parts as a deeper program is
+    rng = np.random.default_rng(5)
+    w, b, x = rng.normal(size=(16, 16)), rng.normal(size=16), rng.normal(size=(4096, 16))
+    graph = qb.jit(qb.value_and_grad(_penalised, argnums=(0, 1))).lower(w, b, x).graph
+    return graph, [w, b, x]
+
+
+def test_a_tail_of_little_work_is_quick_and_gives_the_interpreter_s_results(program):
+    graph, values = program
+    sources = module_source(graph)[0]
+    marks = ["lean_pipeline(quick=True)" in source for source in sources]
+    assert len(sources) > 1 and any(marks) and not all(marks), marks
+    executable = compile_graph(graph, {})
+    first, again = executable(*values), executable(*values)
+    for a, b, e in zip(first, again, evaluate(graph, values)):
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-13)
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(load_cached(graph)(*values), first):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["pinn-value_and_grad", "hessian", "scan", "vmap-solve"])
+def test_the_quick_pipeline_gives_the_same_bits(monkeypatch, name):
+    """A program cut in parts of a few lines, every part of known length quick, then none
+    (their sources, and so their cache keys, differ): the same results, bit for bit."""
+    monkeypatch.setattr(parts, "PART_LINES", 6)
+    case = {case.name: case for case in device_cases.cases()}[name]
+    graph = qb.jit(case.fn).lower(*case.args).graph
+    values = [np.asarray(leaf) for leaf in qb.tree.flatten(case.args)[0]]
+    results = []
+    for share, some in ((1, True), (10**12, False)):
+        monkeypatch.setattr(workload, "SHARE", share)
+        marks = ["quick=True" in source for source in module_source(graph)[0]]
+        assert any(marks) == some and len(marks) > 1
+        results.append(compile_graph(graph, {})(*values))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
