@@ -273,9 +273,14 @@ def _make_cheap(entry):
     return lambda params: bool(eval(code, {"abs": abs}, dict(params)))
 
 
+# libyaml's parser where PyYAML was built with it (its wheels are): every import reads the
+# table, and the pure-Python parser took 30 ms of it
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_table(path=TABLE_PATH):
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=_LOADER)
 
 
 def register_table(path):
