@@ -5,6 +5,7 @@ Numba, which still compiles those; and a process whose parts all translate never
 Numba, and gives the interpreter's results, cold and again from the cache.
 """
 
+import ast
 import os
 import subprocess
 import sys
@@ -176,6 +177,42 @@ def test_the_typing_rules_have_numba_s_bits():
         """
     assert_same_bits(body, v0=v, w0=w, r0=np.zeros(N), r1=np.zeros(2 * N, np.float32),
                      r2=np.zeros(N + 3), b0=np.zeros(2 * N, bool), ws0=np.zeros(8))
+
+
+def test_variables_bound_once_are_values_where_their_binding_dominates_every_read():
+    """A temporary in a loop's body, a pointer bound before a loop, a variable bound once in a
+    loop and read after it (the last iteration's value: a slot), one read in the loop's next
+    statements and then after the loop, one bound in both branches of an ``if``."""
+    v = np.array(SPECIAL)
+    body = f"""
+        p = _offset(r0, 1)
+        i0 = 0
+        while i0 < {N - 1}:
+            t = v0[i0] * 2.0
+            p[i0] = t + t
+            last = v0[i0]
+            i0 += 1
+        r1[0] = last
+        k = 0
+        prev = 0.0
+        while k < 4:
+            carried = v0[k] + prev
+            prev = carried
+            r1[k + 1] = carried
+            k += 1
+        r1[7] = carried
+        if v0[5] > 0.0:
+            branch = 1.5
+        else:
+            branch = -1.5
+        if v0[6] < 0.0:
+            only = 2.5
+            r1[6] = only
+        r1[5] = branch
+        """
+    values = {name for name in direct._single_values(ast.parse(textwrap.dedent(body)).body)}
+    assert {"p", "t", "only"} <= values and not values & {"last", "carried", "branch"}
+    assert_same_bits(body, v0=v, r0=np.zeros(N), r1=np.zeros(8))  # (r1[6] is 0 or 2.5)
 
 
 def test_copies_zero_fills_and_products_have_numba_s_bits():

@@ -13,6 +13,7 @@ the special functions, floor division) raises ``Unsupported``, and Numba compile
 """
 
 import ast
+import collections
 import math
 
 import llvmlite.binding as llvm
@@ -90,12 +91,14 @@ def _unify(a, b):
 class _Function:
     """The translation of one entry's body: values are ``(LLVM value, type)`` pairs."""
 
-    def __init__(self, module, name, types):
+    def __init__(self, module, name, types, single=frozenset()):
         self.function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_ARGS]), name)
         self.function.attributes.add("nounwind")
         self.b = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.types = types  # variable -> type (kept between attempts)
         self.slots = {}  # variable -> its stack slot
+        self.single = single  # variables that are values, not slots (``_single_values``)
+        self.values = {}  # such a variable -> its (value, type)
         self.exits = []  # the blocks that ``break`` leaves to, innermost last
 
     # -- values --
@@ -158,6 +161,8 @@ class _Function:
     def e_Name(self, node):
         if node.id == "args":
             return self.function.args[0], "args"
+        if node.id in self.values:
+            return self.values[node.id]
         if node.id not in self.slots:
             raise Unsupported(f"{node.id} read before it is assigned")
         return self.b.load(self.slots[node.id]), self.types[node.id]
@@ -500,6 +505,10 @@ class _Function:
         if isinstance(target, ast.Name):
             if kind in ("none", "args"):
                 raise Unsupported(f"{target.id} assigned a {kind}")
+            if target.id in self.single:
+                self.types[target.id] = kind
+                self.values[target.id] = value, kind
+                return
             known = self.types.get(target.id)
             if known is None:
                 known = self.types[target.id] = kind
@@ -611,13 +620,50 @@ def translate(source, name):
     return _translated(_entry(source)[0], name)
 
 
+def _single_values(body):
+    """The variables that need no stack slot: bound once (by an assignment), and read only
+    after that statement, in its own statement list or nested in it, so that the one
+    definition dominates every read. They are most of a part's names (its pointers, the
+    temporaries in its loops); their slots were LLVM's to remove (mem2reg), and their loads
+    and stores a third of the IR written, printed and parsed again."""
+    position, bound, spans, reads = [0], collections.Counter(), {}, collections.defaultdict(list)
+
+    def visit(statements):
+        mine = []
+        for statement in statements:
+            position[0] += 1
+            here = position[0]
+            compound = isinstance(statement, (ast.While, ast.If))
+            for node in ast.walk(statement.test if compound else statement):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    reads[node.id].append(here)
+            if compound:
+                visit(statement.body)
+                visit(statement.orelse)
+            elif isinstance(statement, ast.Assign):
+                for target in statement.targets:
+                    for node in ast.walk(target):
+                        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                            bound[node.id] += 1
+                            mine.append((node.id, here))
+            elif isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
+                bound[statement.target.id] += 2
+        for variable, after in mine:
+            spans[variable] = (after, position[0])
+
+    visit(body)
+    return frozenset(v for v, n in bound.items() if n == 1 and all(
+        spans[v][0] < at <= spans[v][1] for at in reads[v]))
+
+
 def _translated(body, name):
+    single = _single_values(body)
     types = {}
     for _ in range(8):  # each retry widens a variable's type
         module = ir.Module(name=name)
         module.triple = llvm.get_process_triple()
         module.data_layout = str(machine.target_machine().target_data)
-        function = _Function(module, name, types)
+        function = _Function(module, name, types, single)
         try:
             function.body(body)
         except _Retype:
