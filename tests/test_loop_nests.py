@@ -256,7 +256,7 @@ def test_generated_code_has_no_reshape_of_scratch():
     args = (qb.tree.map(qb.array, params), qb.array(x))
     graph = qb.jit(qb.value_and_grad(mlp, has_aux=True)).lower(*args).graph
     bodies, constants, _, _ = generate(graph)
-    body = "".join(bodies)
+    body = "".join(text for text, _ in bodies)
     first_buffer = len(graph.inputs) + len(graph.outputs) + len(constants)
     scratch = {name for name, k in re.findall(r"^    (\w+) = _arg\(args, (\d+),", body, re.M)
                if int(k) >= first_buffer}

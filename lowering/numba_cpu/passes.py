@@ -162,18 +162,21 @@ def propagate(items):
         return out
 
     result = run(items, {})
+    read = collections.Counter()
+    for item in walk(result):
+        read.update(_WORDS.findall(
+            item.value if isinstance(item, Assign) else item.header if isinstance(item, Block)
+            else f"{item.start} {item.stop} {item.step}" if isinstance(item, Loop) else item))
+    kept = [item for item in walk(result) if isinstance(item, Assign) and id(item) in copies]
     while True:
-        read = collections.Counter()
-        for item in walk(result):
-            text = (item.value if isinstance(item, Assign) else item.header
-                    if isinstance(item, Block) else f"{item.start} {item.stop} {item.step}"
-                    if isinstance(item, Loop) else item)
-            read.update(_WORDS.findall(text))
-        unread = {item.targets[0] for item in walk(result)
-                  if isinstance(item, Assign) and id(item) in copies} - set(read)
+        unread = {item.targets[0] for item in kept if not read[item.targets[0]]}
         if not unread:
             return result
         result = drop(result, unread)
+        for item in kept:  # a dropped copy no longer reads what it copied
+            if item.targets[0] in unread:
+                read.subtract(_WORDS.findall(item.value))
+        kept = [item for item in kept if item.targets[0] not in unread]
 
 
 def private_buffers(e):
