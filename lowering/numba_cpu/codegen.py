@@ -94,7 +94,7 @@ def generate(graph, n_threads=1, part_lines=None):
     first = n_in + n_out  # the first scratch buffer
     phases = None
     if e.threaded is not None:
-        split = phased(e, graph, first, parts.PART_LINES // 4)
+        split = phased(e, graph, first, parts.TAIL_HEAD_LINES)
         if split is None:  # something crosses the loop that a phase cannot take over
             return generate(graph, n_threads=1, part_lines=part_lines)
         bodies, phases = split

@@ -25,15 +25,18 @@ import re
 from .passes import Handover
 from .statements import Block, render
 
-__all__ = ["PART_LINES", "split"]
+__all__ = ["PART_LINES", "TAIL_HEAD_LINES", "split"]
 
 # How many statements later a cut is tried where what follows it cannot be handed over.
 SHIFTS = 4
 # Rendered lines per part, about; an entry below twice this is cut only before its tail, and
-# only if at least a quarter of this comes before it (a part costs Numba ~20 ms of its own,
-# hidden where it compiles in a forked copy, and a cut a store and a load per value crossing
-# it).
+# only if at least a quarter of this comes before it (a part costs a few ms of LLVM and
+# linking of its own, and a cut a store and a load per value crossing it).
 PART_LINES = 160
+# A threaded entry's work after its tile loop is two parts, the last phase of its tail alone,
+# where at least this many lines of it come first: an added term then recompiles the last
+# part only (mlp_hvp's edit: 64 new lines, not 112), and the first part stays in the cache.
+TAIL_HEAD_LINES = PART_LINES // 16
 
 
 def split(e, graph, items, part_lines=None):
