@@ -224,6 +224,32 @@ def test_blocks_keep_to_the_faster_way_and_time_the_other_again():
         assert pool.offered == offers, fast
 
 
+def test_an_error_in_a_block_returns_only_when_no_other_block_runs():
+    """The caller's scratch goes back to its pool when the call ends: no block may still be
+    running then, nor begin later."""
+    import time
+
+    events = []
+
+    def fn(row):
+        if row == (0,):
+            time.sleep(0.01)  # a worker may begin block 1 meanwhile, or not yet
+            raise RuntimeError("block 0")
+        events.append(("begin", row))
+        time.sleep(0.02)
+        events.append(("end", row))
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for _ in range(5):
+            events.clear()
+            with pytest.raises(RuntimeError, match="block 0"):
+                threads.run_blocks(fn, (), [(0,), (1,), (2,)], blas=False, pool=pool)
+            seen = list(events)
+            assert all(("end", row) in seen for kind, row in seen if kind == "begin")
+            time.sleep(0.05)
+            assert events == seen, "a block began after the call returned"
+
+
 def test_each_block_runs_once_whoever_runs_it():
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         for _ in range(50):

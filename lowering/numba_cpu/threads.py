@@ -221,10 +221,15 @@ def run_blocks(fn, base, controls, blas=True, pool=None):
         pool = pool or _executor()
         for k in range(1, len(controls)):
             pool.submit(run, k)
-        for k in range(len(controls)):
-            run(k)
-        for lock in done:  # the blocks other threads began
-            lock.acquire()
+        try:
+            for k in range(len(controls)):
+                run(k)
+        finally:  # (after an error, no block begins once this returns)
+            for k, claim in enumerate(claims):
+                if claim.acquire(blocking=False):
+                    done[k].release()
+            for lock in done:  # the blocks other threads began
+                lock.acquire()
 
 
 class Blocks:
