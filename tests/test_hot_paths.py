@@ -195,6 +195,25 @@ def test_calls_on_trees_of_tensors_take_the_general_paths_results():
         fast({"w": p["w"], "b": (p["b"][0], "text")}, x)
 
 
+@pytest.mark.filterwarnings("ignore::quabla.errors.RetraceWarning")
+def test_trees_of_new_structures_from_many_threads_at_once():
+    """Threads calling with structures the fast path has not seen (each a new table entry;
+    nine structures for eight traces, so evictions clear the tables too) while others match
+    the ones it has."""
+    import concurrent.futures
+
+    f = qb.jit(lambda p: qb.sum(qb.tree.leaves(p)[0]) * len(qb.tree.leaves(p)))
+    trees = [[qb.ones(3)] * k for k in range(1, 9)] + [{"a": qb.ones(3), "b": (qb.ones(3),)}]
+    expected = [float(f(t)) for t in trees[:1]] + [3.0 * len(qb.tree.leaves(t)) for t in trees]
+
+    def calls(k):
+        return [float(f(trees[(k + j) % len(trees)])) for j in range(40)]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for k, got in enumerate(pool.map(calls, range(8))):
+            assert got == [expected[1 + (k + j) % len(trees)] for j in range(40)]
+
+
 def test_readme_loop_reaches_pi():
     def u(x, w):
         return qb.sin(x * w)

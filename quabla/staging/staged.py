@@ -139,7 +139,7 @@ class Staged:
                 except KeyError:  # evicted meanwhile by another thread
                     pass
                 return entry.assemble(list(map(adopt, entry.run(*arrays))))
-        for match, table in self._trees.values():  # a structure seen before: no flattening
+        for match, table in list(self._trees.values()):  # a structure seen before: no flattening
             leaves = match(args)
             if leaves is None:
                 continue
