@@ -100,3 +100,25 @@ def test_the_quick_pipeline_gives_the_same_bits(monkeypatch, name):
         results.append(compile_graph(graph, {})(*values))
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+def test_every_primitive_s_program_with_quick_parts_gives_the_interpreter_s_results(monkeypatch):
+    """The first rule-test case of each primitive with its gradient (device_cases), cut in
+    parts of a few lines, every part of known length quick: compiled, called twice, and
+    linked from the cache, against the interpreter."""
+    monkeypatch.setattr(parts, "PART_LINES", 6)
+    monkeypatch.setattr(workload, "SHARE", 1)
+    quick, seen = 0, set()
+    for case in device_cases.primitive_cases(np.random.default_rng(11)):
+        primitive = case.name.split("-")[0]
+        if primitive in seen:
+            continue
+        seen.add(primitive)
+        graph = qb.jit(case.fn).lower(*case.args).graph
+        if any("quick=True" in source for source in module_source(graph)[0]):
+            device_cases.check("cpu", case)  # compiled, then called twice
+            values = [np.asarray(leaf) for leaf in qb.tree.flatten(case.args)[0]]
+            for a, e in zip(load_cached(graph)(*values), evaluate(graph, values)):
+                np.testing.assert_allclose(np.asarray(a), e, **device_cases.TOL)
+            quick += 1
+    assert quick >= 40, f"only {quick} primitives' programs had a quick part"
