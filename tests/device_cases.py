@@ -46,6 +46,16 @@ def _with_gradient(fn):
     return both
 
 
+def first_primitive_cases(rng):
+    """The first case of each primitive (with its gradient) of ``primitive_cases``."""
+    seen = set()
+    for case in primitive_cases(rng):
+        primitive = case.name.split("-")[0]
+        if primitive not in seen:
+            seen.add(primitive)
+            yield case
+
+
 def primitive_cases(rng):
     out = []
     for name, group in sorted(CASES.items()):
