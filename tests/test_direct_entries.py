@@ -252,10 +252,11 @@ def test_every_primitive_s_program_translates():
     of its entry translates, so no primitive needs Numba but to compile an array kernel's or
     a special function's C function once (their results are checked against the interpreter
     by every back-end test, which compiles them this way)."""
-    for case in device_cases.first_primitive_cases(np.random.default_rng(11)):
+    cases = list(device_cases.first_primitive_cases(np.random.default_rng(11)))
+    for case in cases:
         for source in module_source(qb.jit(case.fn).lower(*case.args).graph)[0]:
             direct.translate(source, "f")  # Unsupported fails the test
-    assert len(seen) > 80
+    assert len(cases) > 80
 
 
 def test_a_process_whose_parts_translate_never_imports_numba(tmp_path):
