@@ -237,15 +237,15 @@ def _locked():
 def write_source(key, source):
     """Write ``source`` as entry ``key``'s source unless an identical file is there; returns
     its path (for tracebacks: the module is compiled from the text, never imported from it)."""
-    path = _path(key, ".py")
-    if _read(path, _UID) != source.encode("utf-8"):
+    path, data = _path(key, ".py"), source.encode("utf-8")
+    if _read(path, _UID) != data:
         with _locked():
-            if _read(path, _UID) != source.encode("utf-8"):
+            if _read(path, _UID) != data:
                 # a missing, corrupted or planted source: replace it; its stale manifest no
                 # longer applies
                 _remove(_path(key, ".manifest.json"))
-                _replace(path, source.encode("utf-8"))
-                _grew(len(source.encode("utf-8")), max_bytes())
+                _replace(path, data)
+                _grew(len(data), max_bytes())
     return path
 
 

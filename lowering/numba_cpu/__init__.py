@@ -150,7 +150,8 @@ class NativeExecutable:
         self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
         self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
         # each call's control row, an array (the entry reads it as the last argument)
-        self.phases = [[np.array(row, np.int64) for row in rows] for rows in phases.rows] if phases else []
+        self.phases = ([[np.array(row, np.int64) for row in rows] for rows in phases.rows]
+                       if phases else [])
         fn = native.entry_function(address, hold_gil=not self.phases and quick(graph))
         nodes = graph.nodes
         n_in = len(graph.inputs)

@@ -25,12 +25,12 @@ from ..loopnest.schedule import fused, tail_last
 from . import linalg, regions, structural  # noqa: F401  (they fill the lowering table)
 from . import parts
 from .emitter import Emitter
-from .workload import quick_parts, work
 from .linalg import BLAS_THRESHOLD
 from .passes import check_integers, phased, private_buffers, propagate, views
 from .source import Named, argument
 from .statements import Assign, exposed, names, render
 from .table import LOWERINGS
+from .workload import quick_parts, work
 
 __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", "BLAS_THRESHOLD"]
 
@@ -69,9 +69,9 @@ def _first_constant(e, first, shared):
 def generate(graph, n_threads=1, part_lines=None):
     """Returns ``(bodies, constants, buffers, phases)``: the source of each part of the
     entry (``parts.split``; one for most programs, called in order; a threaded entry's three
-    phases) with whether LLVM compiles it quickly (``workload.py``), the constant arrays (last in the argument tuple), the scratch buffers
-    (``(dtype name, elements)`` each) that follow the inputs and results in the argument
-    tuple, and ``phases``: None for an entry called once, else how a threaded entry is called
+    phases) with whether LLVM compiles it quickly (``workload.py``), the constant arrays
+    (last in the argument tuple), the scratch buffers (``(dtype name, elements)`` each) that
+    follow the inputs and results in the argument tuple, and ``phases``: None for an entry called once, else how a threaded entry is called
     (``threads.Phases``, made by ``passes.phased``): control rows ``[before the loop]``, one
     per block of tiles, ``[after it]``; the first number of a row is the phase whose part it
     runs."""
