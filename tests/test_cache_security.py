@@ -55,7 +55,10 @@ def _run(cache_dir, *programs, env=None):
 
 
 def _entries(cache_dir):
-    return {os.path.basename(p)[:-2] for p in glob.glob(os.path.join(cache_dir, "qb_*.o"))}
+    """The keys of the compiled parts in ``cache_dir`` (the programs that name them aside:
+    they have no source, numba_cpu/programs.py)."""
+    return {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(cache_dir, "qb_*.py"))
+            if os.path.exists(p[:-3] + ".o")}
 
 
 @pytest.fixture

@@ -126,9 +126,11 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
     slots included, and compiled after it, it compiles only the parts from its tail on. It
     gives the interpreter's results, called twice."""
     import lowering.numba_cpu as cpu
+    from lowering.numba_cpu import programs
     from lowering.numba_cpu.statements import render
 
     monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
+    monkeypatch.setattr(programs, "KEEP", False)  # each program generated here, not kept
     compiled = []
     original_compile = cpu._compile
     monkeypatch.setattr(cpu, "_compile",

@@ -23,7 +23,7 @@ import numpy as np
 from quabla.core.graph import Graph
 
 from .. import cache, native
-from . import direct, external, kernel_calls, threads
+from . import direct, external, kernel_calls, programs, threads
 from .codegen import FUNCTION_NAME, KERNELS, generate
 
 __all__ = ["compile_graph", "load_cached", "load_or_compile", "NativeExecutable", "module_source",
@@ -231,13 +231,56 @@ def _scratch_sets(buffers, constants):
     return scratch
 
 
-def _prepare(graph):
-    sources, constants, buffers, phases = module_source(graph)
+def _program(graph):
+    """``(threads, key)``: the tile-loop threads ``graph``'s entry is generated for, and the
+    key its generated program is kept under (None if not kept: programs.py)."""
+    n_threads = threads.count()
+    return n_threads, programs.key(graph, n_threads)
+
+
+def _prepare(graph, n_threads, program):
+    """``(keys, sources, constants, buffers, phases)`` of ``graph``'s parts, generated (and
+    kept as ``program``)."""
+    sources, constants, buffers, phases = module_source(graph, n_threads)
+    if program is not None:
+        programs.store(program, sources, constants, buffers, phases)
+    return _keyed(sources, constants, buffers, phases)
+
+
+def _keyed(sources, constants, buffers, phases):
     constants = [np.ascontiguousarray(c) for c in constants]
     for c in constants:
         c.flags.writeable = False
     keys = [cache.entry_key(source) for source in sources]
     return keys, sources, constants, buffers, phases
+
+
+def _linked(graph, prepared):
+    """The executable of ``prepared`` (``_prepare``'s) linked from the cache, or None if the
+    cache lacks a part of it."""
+    keys, sources, constants, buffers, phases = prepared
+    parts = []
+    for key in keys:
+        parts.append(_stored(key))
+        if parts[-1] is None:
+            return None
+    try:
+        return _executable(graph, parts, constants, buffers, sources, phases)
+    except native.LoadError:  # an object without its entry: compiled again
+        return None
+
+
+def _kept(graph, program):
+    """The executable of ``graph``'s kept program (``program``, its key) linked from the cache
+    without generating code, or None if the program or a part of it is not there: then it is
+    generated again, which also readies what compiling a part needs (LAPACK's symbols)."""
+    stored = programs.load(program) if program is not None else None
+    if stored is None:
+        return None
+    prepared = _keyed(*stored)
+    for key, source in zip(prepared[0], prepared[1]):
+        cache.write_source(key, source)  # a planted or corrupted source never stays
+    return _linked(graph, prepared)
 
 
 def _linkable(code, entry, symbols):
@@ -322,20 +365,16 @@ native.resolver(kernel_calls.PREFIX, kernel_calls.address)
 
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache lacks a part of it)."""
-    keys, sources, constants, buffers, phases = _prepare(graph)
-    parts = []
-    for key in keys:
-        parts.append(_stored(key))
-        if parts[-1] is None:
-            return None
-    try:
-        return _executable(graph, parts, constants, buffers, sources, phases)
-    except native.LoadError:  # an object without its entry: compiled again
-        return None
+    n_threads, program = _program(graph)
+    return _kept(graph, program) or _linked(graph, _prepare(graph, n_threads, program))
 
 
 def compile_graph(graph, options):
-    keys, sources, constants, buffers, phases = _prepare(graph)
+    n_threads, program = _program(graph)
+    executable = _kept(graph, program)
+    if executable is not None:
+        return executable
+    keys, sources, constants, buffers, phases = _prepare(graph, n_threads, program)
     parts = list(zip(keys, sources))
     with _IN_FLIGHT:
         _compile_in_parallel([(key, source) for key, source in parts

@@ -1,0 +1,155 @@
+"""What code generation made of a whole program, kept in the compile cache by the program's
+graph, so a warm process links its parts without generating them again.
+
+Generating an entry (scheduling, emitting, the passes, cutting it into parts) is pure Python:
+20-60 ms for a PINN, 90 ms for an adjoint ODE solve, on every warm first call, which otherwise
+only reads and links objects. Its result is a function of the expanded graph (its
+``fingerprint``: every node, param and constant's bits), of the code generator's own code, and
+of what it asks of this process: threads for tile loops, and whether SciPy's BLAS and LAPACK may
+be called. ``key`` names all of them. A stored program is an entry of the cache like a part's
+(``cache.read_object``: the same ownership, manifest and digest checks, the same bound and
+eviction) whose "object" is ``encode``'s bytes: the parts' module sources, the constants, the
+scratch buffers and a threaded entry's control rows. It is used only when every part it names
+is in the cache too (``load_cached``); otherwise the program is generated again, as before.
+"""
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+
+from quabla.core.graph import Const
+
+from .. import cache
+from . import codegen  # noqa: F401  (loaded first: its modules' settings key a program)
+from .threads import Phases
+
+__all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode", "load",
+           "store"]
+
+# Whether generated programs are kept (a test that watches the generator at work turns it off)
+KEEP = True
+# A program whose constants hold more than this is not kept: its bits would be stored again
+# (the parts' objects hold none), and fingerprinting them costs a pass over every byte.
+MAX_CONSTANT_BYTES = 1 << 22
+_DTYPES = ("<f8", "<f4", "|b1")  # the constants' dtypes code generation passes (codegen.py)
+_FIELDS = {"sources": list, "constants": list, "buffers": list, "phases": (list, type(None))}
+_CODE = ("lowering", os.path.join("quabla", "core"))  # what turns a graph into sources
+# the generator's modules: those loaded once code generation is (the same in every process)
+_GENERATOR = tuple(sorted(name for name in sys.modules if name.startswith(
+    ("lowering.numba_cpu.", "lowering.loopnest.")) and name != __name__))
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest():
+    """A digest of the code that turns an expanded graph into sources (``_CODE``'s Python
+    files and tables), read once per process: a changed generator never reuses what an older
+    one made, whatever its version says. None if a file cannot be read."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    digest = hashlib.sha256()
+    for package in _CODE:
+        for folder, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".yaml")):
+                    digest.update(name.encode())
+                    try:
+                        with open(os.path.join(folder, name), "rb") as f:
+                            digest.update(f.read())
+                    except OSError:  # unreadable: nothing is kept
+                        return None
+    return digest.hexdigest()[:16]
+
+
+def _constant_bytes(graph):
+    return sum(value.value.nbytes for node in graph.walk() for _, value in node.params
+               if isinstance(value, Const))
+
+
+def settings():
+    """A digest of the code generator's settings: the upper-case constants of its modules
+    (``PART_LINES``, ``SHARE``, ``BLAS_THRESHOLD``...), which a test or a user may change."""
+    items = [f"{name}.{k}={v!r}" for name in _GENERATOR
+             for k, v in sorted(vars(sys.modules[name]).items())
+             if k.isupper() and isinstance(v, (bool, int, float, str, tuple))]
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
+
+
+def key(graph, n_threads):
+    """The cache key of ``graph``'s generated program for ``n_threads`` tile-loop threads,
+    or None for a program not kept (``KEEP``, ``MAX_CONSTANT_BYTES``)."""
+    if not KEEP or code_digest() is None or _constant_bytes(graph) > MAX_CONSTANT_BYTES:
+        return None
+    blas = os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy")
+    return cache.entry_key(f"# program {graph.fingerprint()} threads={n_threads} "
+                           f"blas={bool(blas)} code={code_digest()} settings={settings()}")
+
+
+def encode(sources, constants, buffers, phases):
+    """The bytes of a generated program: a JSON header (its length first, 8 bytes) and each
+    constant's bits after it."""
+    layout, offset = [], 0
+    for c in constants:
+        layout.append([c.dtype.str, list(c.shape), offset])
+        offset += c.nbytes
+    header = json.dumps({
+        "sources": list(sources), "constants": layout,
+        "buffers": [[name, int(size)] for name, size in buffers],
+        "phases": None if phases is None else
+        [[[[int(n) for n in row] for row in rows] for rows in phases.rows], bool(phases.blas)]},
+    ).encode()
+    return b"".join([len(header).to_bytes(8, "little"), header]
+                    + [np.ascontiguousarray(c).tobytes() for c in constants])
+
+
+def decode(data):
+    """``(sources, constants, buffers, phases)`` from ``encode``'s bytes (constants read-only
+    views of them), or None where they are not such bytes."""
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + size])
+        if not (isinstance(header, dict) and header.keys() == _FIELDS.keys()
+                and all(isinstance(header[k], t) for k, t in _FIELDS.items())):
+            return None
+        sources = tuple(header["sources"])
+        if not sources or not all(isinstance(s, str) for s in sources):
+            return None
+        constants, body = [], memoryview(data)[8 + size:]
+        for dtype, shape, offset in header["constants"]:
+            if dtype not in _DTYPES:
+                return None
+            count = int(np.prod(shape, dtype=np.int64))
+            array = np.frombuffer(body, dtype, count, offset).reshape(shape)
+            constants.append(array)
+        buffers = [(str(name), int(n)) for name, n in header["buffers"]]
+        phases = header["phases"]
+        if phases is not None:
+            (before, each, after), blas = phases
+            if not all(_rows(rows) for rows in (before, each, after)):
+                return None
+            phases = Phases(before, each, after, bool(blas))
+        return sources, constants, buffers, phases
+    except (ValueError, TypeError, KeyError):  # (a JSON error is a ValueError)
+        return None
+
+
+def _rows(rows):
+    """Whether ``rows`` is a list of control rows (lists of integers)."""
+    return isinstance(rows, list) and all(
+        isinstance(row, list) and all(type(n) is int for n in row) for row in rows)
+
+
+def load(program):
+    """The generated program stored as ``program`` (a ``key``), or None."""
+    stored = cache.read_object(program)
+    return None if stored is None else decode(stored[0])
+
+
+def store(program, sources, constants, buffers, phases):
+    """Keep a generated program as ``program`` (a ``key``)."""
+    cache.write_object(program, encode(sources, constants, buffers, phases),
+                       f"quabla_program_{program}", [])
