@@ -150,6 +150,19 @@ def test_the_key_names_graph_threads_settings_and_blas(monkeypatch):
     assert programs.key(graph, 1) is None
 
 
+def test_a_graph_with_a_param_whose_text_may_change_is_not_kept():
+    """``Graph.fingerprint`` writes params by ``repr``: one that names an object (an address)
+    could fingerprint two programs alike."""
+    from quabla.core.graph import Graph, Node
+
+    graph, _ = _program(scale=1.25)
+    node = next(n for n in graph.nodes if n.params)
+    odd = Node(node.op, node.operands, node.params + (("z", ((1, object()),)),), node.shape,
+               node.dtype, node.weak)
+    changed = Graph([odd if n is node else n for n in graph.nodes], graph.inputs, graph.outputs)
+    assert programs.key(graph, 1) is not None and programs.key(changed, 1) is None
+
+
 def test_a_program_with_large_constants_is_not_kept(monkeypatch, generated):
     data = np.random.default_rng(1).normal(size=(64, 8)) * _fresh_factor()
     graph, values = _staged(lambda w: qb.sum(qb.tanh(data @ w)), np.ones(8))

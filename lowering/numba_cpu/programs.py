@@ -22,7 +22,8 @@ import sys
 
 import numpy as np
 
-from quabla.core.graph import Const
+from quabla.core.graph import Const, Graph
+from quabla.dtypes import DType
 
 from .. import cache
 from . import codegen  # noqa: F401  (loaded first: its modules' settings key a program)
@@ -38,6 +39,8 @@ KEEP = True
 MAX_CONSTANT_BYTES = 1 << 22
 _DTYPES = ("<f8", "<f4", "|b1")  # the constants' dtypes code generation passes (codegen.py)
 _FIELDS = {"sources": list, "constants": list, "buffers": list, "phases": (list, type(None))}
+# params written the same way by every process (a sub-graph's are checked as it is walked)
+_STABLE = (bool, int, float, complex, str, type(None), Graph, DType)
 _CODE = ("lowering", os.path.join("quabla", "core"))  # what turns a graph into sources
 # the generator's modules: those loaded once code generation is (the same in every process)
 _GENERATOR = tuple(sorted(name for name in sys.modules if name.startswith(
@@ -66,8 +69,25 @@ def code_digest():
 
 
 def _constant_bytes(graph):
-    return sum(value.value.nbytes for node in graph.walk() for _, value in node.params
-               if isinstance(value, Const))
+    """The bytes of ``graph``'s constants; None if a param is of a kind whose text
+    (``Graph.fingerprint`` writes params by ``repr``) may not be the same in every process."""
+    total = 0
+    for node in graph.walk():
+        for _, value in node.params:
+            for item in _leaves(value):
+                if isinstance(item, Const):
+                    total += item.value.nbytes
+                elif not isinstance(item, _STABLE):
+                    return None
+    return total
+
+
+def _leaves(value):
+    if isinstance(value, tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
 
 
 def settings():
@@ -81,8 +101,10 @@ def settings():
 
 def key(graph, n_threads):
     """The cache key of ``graph``'s generated program for ``n_threads`` tile-loop threads,
-    or None for a program not kept (``KEEP``, ``MAX_CONSTANT_BYTES``)."""
-    if not KEEP or code_digest() is None or _constant_bytes(graph) > MAX_CONSTANT_BYTES:
+    or None for a program not kept (``KEEP``, ``MAX_CONSTANT_BYTES``, a param of a kind
+    whose text may differ between processes)."""
+    constants = _constant_bytes(graph) if KEEP and code_digest() is not None else None
+    if constants is None or constants > MAX_CONSTANT_BYTES:
         return None
     blas = os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy")
     return cache.entry_key(f"# program {graph.fingerprint()} threads={n_threads} "
