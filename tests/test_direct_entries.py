@@ -345,18 +345,16 @@ SOLVE_SCRIPT = textwrap.dedent("""
     a = np.eye(6) * 3.0 + np.linspace(0.0, 0.5, 36).reshape(6, 6)
     b = np.linspace(-1.0, 1.0, 6)
     term = float(sys.argv[1])  # another program each time
-    loss = lambda a, b: qb.sum(qb.linalg.solve(a, b) ** 2) + term * qb.sum(qb.linalg.cholesky(
-        a @ a.T)[:, 0])
+    loss = lambda a, b: qb.sum(qb.linalg.eigh(a @ a.T)[0] ** 2) + term * qb.sum(qb.sort(b) * b)
     value, grad = qb.jit(qb.value_and_grad(loss))(a, b)
-    x = np.linalg.solve(a, b)
-    want = np.sum(x ** 2) + term * np.sum(np.linalg.cholesky(a @ a.T)[:, 0])
+    want = np.sum(np.linalg.eigvalsh(a @ a.T) ** 2) + term * np.sum(np.sort(b) * b)
     assert abs(float(value) - want) < 1e-10 * abs(want), (float(value), want)
     print(parts_compiled() > 0, "numba" in sys.modules)
 """)
 
 
 def test_a_program_with_array_kernels_compiles_without_numba_once_they_are_cached(tmp_path):
-    """The first program that solves and factors compiles the kernels' C functions with Numba
+    """The first program that sorts and decomposes compiles the kernels' C functions with Numba
     (kernel_calls.py); another program calling them in a new process compiles its own parts
     without importing Numba, with the right values."""
     env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
@@ -366,6 +364,42 @@ def test_a_program_with_array_kernels_compiles_without_numba_once_they_are_cache
             for term in ("0.5", "0.25")]
     assert outs[0] == ["True", "True"]
     assert outs[1] == ["True", "False"]
+
+
+LINEAR_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import quabla as qb
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 7, 7)) + 7.0 * np.eye(7)
+    k = a @ np.swapaxes(a, -1, -2)
+    b = rng.normal(size=(2, 7, 3))
+    def loss(k, b):
+        c = qb.linalg.cholesky(k)
+        y = qb.linalg.solve_triangular(c, b, lower=True)
+        z = qb.linalg.solve_triangular(c, y, lower=True, trans=1)
+        return qb.sum(y * y) + qb.sum(qb.log(qb.diagonal(c, axis1=-2, axis2=-1))) + qb.sum(
+            qb.linalg.solve(k + 1.0, z))
+    value, grads = qb.jit(qb.value_and_grad(loss, argnums=(0, 1)))(k, b)
+    c = np.linalg.cholesky(k)
+    y = np.linalg.solve(c, b)
+    want = np.sum(y * y) + np.sum(np.log(np.diagonal(c, axis1=-2, axis2=-1))) + np.sum(
+        np.linalg.solve(k + 1.0, np.linalg.solve(np.swapaxes(c, -1, -2), y)))
+    assert abs(float(value) - want) < 1e-10 * abs(want), (float(value), want)
+    print("numba" in sys.modules)
+""")
+
+
+def test_solve_cholesky_and_triangular_solve_compile_without_numba(tmp_path):
+    """``solve``, ``cholesky`` and ``triangular_solve`` (and their gradients) are loops in the
+    part itself: a program of them compiles in a fresh cache without importing Numba (the
+    kernels' C functions cost a Numba compile each, ~2 s for a Gaussian process's first
+    call), with the right values."""
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", LINEAR_SCRIPT], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == ["False"]
 
 
 def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
@@ -386,7 +420,7 @@ def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
                 with open(manifest.replace(".manifest.json", ".o"), "r+b") as obj:
                     obj.write(b"\x00planted\x00")
                 tampered += 1
-    assert tampered >= 2  # solve, cholesky and what their gradients call
+    assert tampered >= 2  # eigh, sort and what their gradients call
     assert run() == ["False", "True"]  # the program's own parts from the cache; Numba again
     assert run() == ["False", "False"]  # and the kernels stored again
 

@@ -13,12 +13,13 @@ import quabla as qb
 from helpers import assert_results_match
 from quabla.core.interpret import evaluate
 from lowering.numba_cpu import compile_graph
+from lowering.numba_cpu.codegen import KERNELS
 from lowering.numba_cpu.linalg import blas_available
 from lowering.numba_cpu.source import flat_index
 from quabla.core.tracing import bind
 
 # the runtime's kernels that take arrays: the only place a carray view may appear
-_ARRAY_KERNELS = ("_matmul(", "_solve(", "_cholesky(", "_triangular_solve(")
+_ARRAY_KERNELS = ("_matmul(",) + tuple(kernel + "(" for kernel in KERNELS)
 _TUPLE_INDEX = re.compile(r"\w\[[^\[\]]*,[^\[\]]*\]")
 
 

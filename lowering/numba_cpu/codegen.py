@@ -36,9 +36,8 @@ __all__ = ["generate", "check_supported", "lowers", "FUNCTION_NAME", "KERNELS", 
 
 FUNCTION_NAME = "quabla_entry"
 # the array kernels (kernels.py) the entry may call on carray views
-KERNELS = ("_solve", "_cholesky", "_triangular_solve", "_sort", "_slogdet", "_eigh",
-           "_svd", "_qr", "_eigh_lapack", "_svd_lapack", "_slogdet_lapack",
-           "_solve_lapack")
+KERNELS = ("_sort", "_slogdet", "_eigh", "_svd", "_qr", "_eigh_lapack", "_svd_lapack",
+           "_slogdet_lapack", "_solve_lapack")
 
 
 def lowers(op):

@@ -9,17 +9,14 @@ from .. import matrix_kernels
 from . import lapack_kernels
 from .target import kernel
 
-__all__ = ["_solve", "_cholesky", "_triangular_solve", "_sort", "_slogdet", "_eigh",
-           "_svd", "_qr", "_eigh_lapack", "_svd_lapack", "_slogdet_lapack",
-           "_solve_lapack"]
+__all__ = ["_sort", "_slogdet", "_eigh", "_svd", "_qr", "_eigh_lapack", "_svd_lapack",
+           "_slogdet_lapack", "_solve_lapack"]
 
 
 # -- linear algebra without LAPACK (SciPy stays optional) and without allocation (results and
-#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives
+#    workspaces come from the caller); NaN results on failure, as the reference interpreter gives;
+#    solve, cholesky and triangular_solve are written out as loops instead (linalg.py)
 
-_solve = kernel(matrix_kernels.solve)
-_cholesky = kernel(matrix_kernels.cholesky)
-_triangular_solve = kernel(matrix_kernels.triangular_solve)
 _sort = kernel(matrix_kernels.sort)
 _slogdet = kernel(matrix_kernels.slogdet)
 _eigh = kernel(matrix_kernels.eigh)

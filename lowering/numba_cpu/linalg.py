@@ -1,9 +1,11 @@
 """Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest, the
 product kernel of ``external.py`` called by symbol, or BLAS through ``runtime._gemm`` for large products when SciPy is
-installed), and ``solve``, ``cholesky``, ``triangular_solve`` and the decompositions
-(``slogdet``, ``eigh``, ``svd``, ``qr``) over the matrices of a stack through the kernels of
-``kernels.py`` (for larger matrices ``slogdet``, ``eigh`` and ``svd`` through SciPy's LAPACK
-when it is installed: ``lapack.py``)."""
+installed), and ``solve``, ``cholesky`` and ``triangular_solve`` over the matrices of a stack as loops in the
+part itself (``matrix_kernels.py``'s algorithms, so no kernel has to be compiled by Numba: a
+Gaussian-process or least-squares program compiles as fast as any other), and the
+decompositions (``slogdet``, ``eigh``, ``svd``, ``qr``) through the kernels of ``kernels.py``
+(for larger matrices ``solve``, ``slogdet``, ``eigh`` and ``svd`` through SciPy's LAPACK when
+it is installed: ``lapack.py``)."""
 
 import math
 import os
@@ -13,6 +15,7 @@ from ..loopnest.products import product
 from ..loopnest.templates import literal
 from .lapack import LAPACK_MIN, gesdd_work, lapack_available, syevd_sizes
 from .source import FLOAT64, node_id
+from .statements import Block
 from .table import register
 
 __all__ = ["local_product", "product_result", "rhs_operand", "blas_available", "BLAS_THRESHOLD"]
@@ -228,21 +231,144 @@ def solve(e, node, out, args):
         stacked(e, "_solve_lapack", node, out, args, [(n, n), (n, m), (n, m)],
                 [(f"t{out}lu", (n, n)), (f"t{out}x", (m, n)), (f"t{out}p", (n,))])
         return
-    stacked(e, "_solve", node, out, args, [(n, n), (n, m), (n, m)],
-            [(f"t{out}lu", (n, n)), (f"t{out}x", (n, m))])
+    _solve_loops(e, node, out, args, n, m)
+
+
+def _solve_loops(e, node, out, args, n, m):
+    """a^-1 b for each matrix of a stack, written out as loops (so the part needs no kernel
+    compiled by Numba): ``matrix_kernels.solve``'s Gaussian elimination with partial pivoting
+    and back substitution in float64 workspaces, in its order of operations; all NaN where a
+    pivot is zero."""
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    lu, x = f"t{out}lu", f"t{out}x"
+    e.alloc(lu, (n, n), FLOAT64)
+    e.alloc(x, (n, m), FLOAT64)
+    a, rhs = args
+    k, i, j, p, f, t, bad = (f"{out}{v}" for v in ("k", "i", "j", "p", "f", "t", "bad"))
+    e.loop("b", math.prod(node.shape) // (n * m))
+    e.loop(f"{out}c", n * n, 2)
+    e.emit(f"{lu}[{out}c] = {a}[b * {n * n} + {out}c]", 3)
+    e.loop(f"{out}c", n * m, 2)
+    e.emit(f"{x}[{out}c] = {rhs}[b * {n * m} + {out}c]", 3)
+    e.assign(bad, "False", 2)
+    _counted(e, k, f"{k} < {n}", 2)
+    e.assign(p, k, 3)
+    _counted(e, i, f"{i} < {n}", 3, start=f"{k} + 1")
+    e.emit(Block(f"if abs({lu}[{i} * {n} + {k}]) > abs({lu}[{p} * {n} + {k}]):"), 4)
+    e.assign(p, i, 5)
+    _next(e, i, 4)
+    e.emit(Block(f"if {lu}[{p} * {n} + {k}] == 0.0:"), 3)
+    e.assign(bad, "True", 4)
+    e.emit(Block(f"if {p} != {k}:"), 3)
+    for name, width in ((lu, n), (x, m)):
+        e.loop(f"{out}c", width, 4)
+        e.assign(t, f"{name}[{k} * {width} + {out}c]", 5)
+        e.emit(f"{name}[{k} * {width} + {out}c] = {name}[{p} * {width} + {out}c]", 5)
+        e.emit(f"{name}[{p} * {width} + {out}c] = {t}", 5)
+    _counted(e, i, f"{i} < {n}", 3, start=f"{k} + 1")
+    e.assign(f, f"{lu}[{i} * {n} + {k}] / {lu}[{k} * {n + 1}]", 4)
+    _counted(e, j, f"{j} < {n}", 4, start=k)
+    e.emit(f"{lu}[{i} * {n} + {j}] -= {f} * {lu}[{k} * {n} + {j}]", 5)
+    _next(e, j, 5)
+    e.loop(f"{out}c", m, 4)
+    e.emit(f"{x}[{i} * {m} + {out}c] -= {f} * {x}[{k} * {m} + {out}c]", 5)
+    _next(e, i, 4)
+    _next(e, k, 3)
+    e.assign(k, str(n - 1), 2)
+    e.emit(Block(f"while {k} >= 0:", loops=True), 2)
+    e.loop(f"{out}c", m, 3)
+    e.assign(t, f"{x}[{k} * {m} + {out}c]", 4)
+    _counted(e, i, f"{i} < {n}", 4, start=f"{k} + 1")
+    e.emit(f"{t} -= {lu}[{k} * {n} + {i}] * {x}[{i} * {m} + {out}c]", 5)
+    _next(e, i, 5)
+    e.emit(f"{x}[{k} * {m} + {out}c] = {t} / {lu}[{k} * {n + 1}]", 4)
+    e.emit(f"{k} -= 1", 3)
+    e.emit(Block(f"if {bad}:"), 2)
+    e.loop(f"{out}c", n * m, 3)
+    e.emit(f"{out}[b * {n * m} + {out}c] = math.nan", 4)
+    e.emit(Block("else:"), 2)
+    e.loop(f"{out}c", n * m, 3)
+    e.emit(f"{out}[b * {n * m} + {out}c] = {x}[{out}c]", 4)
+
+
+def _counted(e, var, test, depth, start="0"):
+    """``var = start`` and ``while test:`` at ``depth``, its body at ``depth + 1``, which ends
+    with ``var += 1`` (``_next``): a loop whose bounds another loop's counter gives."""
+    e.assign(var, start, depth)
+    e.emit(Block(f"while {test}:", loops=True), depth)
+
+
+def _next(e, var, depth):
+    e.emit(f"{var} += 1", depth)
 
 
 def cholesky(e, node, out, args):
+    """The lower Cholesky factor of each matrix, written out as loops (so the part needs no
+    kernel compiled by Numba): ``matrix_kernels.cholesky``'s algorithm and order of operations
+    (Cholesky-Banachiewicz in float64), all NaN where a pivot is not positive."""
     n = node.shape[-1]
-    stacked(e, "_cholesky", node, out, args, [(n, n), (n, n)], [(f"t{out}low", (n, n))])
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    low = f"t{out}low"
+    e.alloc(low, (n, n), FLOAT64)
+    a, i, j, k, s, bad = args[0], *(f"{out}{x}" for x in ("i", "j", "k", "s", "bad"))
+    e.loop("b", math.prod(node.shape) // (n * n))
+    e.emit(f"_zero({low}, {n * n})", 2)
+    e.assign(bad, "False", 2)
+    _counted(e, i, f"{i} < {n}", 2)
+    _counted(e, j, f"{j} <= {i}", 3)
+    e.assign(s, f"np.float64({a}[b * {n * n} + {i} * {n} + {j}])", 4)
+    _counted(e, k, f"{k} < {j}", 4)
+    e.emit(f"{s} -= {low}[{i} * {n} + {k}] * {low}[{j} * {n} + {k}]", 5)
+    _next(e, k, 5)
+    e.emit(Block(f"if {i} == {j}:"), 4)
+    e.emit(Block(f"if {s} > 0.0:"), 5)
+    e.emit(f"{low}[{i} * {n + 1}] = math.sqrt({s})", 6)
+    e.emit(Block("else:"), 5)
+    e.assign(bad, "True", 6)
+    e.emit(Block("else:"), 4)
+    e.emit(f"{low}[{i} * {n} + {j}] = {s} / {low}[{j} * {n + 1}]", 5)
+    _next(e, j, 4)
+    _next(e, i, 3)
+    e.emit(Block(f"if {bad}:"), 2)
+    e.loop(f"{out}c", n * n, 3)
+    e.emit(f"{out}[b * {n * n} + {out}c] = math.nan", 4)
+    e.emit(Block("else:"), 2)
+    e.loop(f"{out}c", n * n, 3)
+    e.emit(f"{out}[b * {n * n} + {out}c] = {low}[{out}c]", 4)
 
 
 def triangular_solve(e, node, out, args, lower, transpose_a):
+    """op(T)^-1 b for each matrix of a stack, written out as loops (so the part needs no
+    kernel compiled by Numba): ``matrix_kernels.triangular_solve``'s substitution, each sum in the
+    order of the rows it reads, in a float64 workspace."""
     rank = len(e.nodes[node.operands[0]].shape)  # a is [*batch, n, n]
     n = node.shape[rank - 2]
     m = math.prod(node.shape[rank - 1:])  # 1 for a stack of vectors
-    stacked(e, "_triangular_solve", node, out, args, [(n, n), (n, m), (n, m)],
-            [(f"t{out}x", (n, m))], flags=(lower, transpose_a))
+    e.alloc(out, node.shape, node.dtype, result=node_id(out))
+    x = f"t{out}x"
+    e.alloc(x, (n, m), FLOAT64)
+    forward = lower != transpose_a
+    a, rhs = args
+    step, q, i, k, t, d, c = (f"{out}{v}" for v in ("st", "q", "i", "k", "t", "d", "c"))
+    e.loop("b", math.prod(node.shape) // (n * m))
+    _counted(e, step, f"{step} < {n}", 2)
+    e.assign(i, step if forward else f"{n - 1} - {step}", 3)
+    e.loop(c, m, 3)
+    e.emit(f"{x}[{i} * {m} + {c}] = 0.0", 4)
+    _counted(e, q, f"{q} < {step}", 3)
+    e.assign(k, q if forward else f"{n - 1} - {q}", 4)
+    row, col = (k, i) if transpose_a else (i, k)
+    e.assign(t, f"np.float64({a}[b * {n * n} + {row} * {n} + {col}])", 4)
+    e.loop(c, m, 4)
+    e.emit(f"{x}[{i} * {m} + {c}] += {t} * {x}[{k} * {m} + {c}]", 5)
+    _next(e, q, 4)
+    e.assign(d, f"np.float64({a}[b * {n * n} + {i} * {n + 1}])", 3)
+    e.loop(c, m, 3)
+    e.emit(f"{x}[{i} * {m} + {c}] = (np.float64({rhs}[b * {n * m} + {i} * {m} + {c}]) "
+           f"- {x}[{i} * {m} + {c}]) / {d}", 4)
+    _next(e, step, 3)
+    e.loop(c, n * m, 2)
+    e.emit(f"{out}[b * {n * m} + {c}] = {x}[{c}]", 3)
 
 
 def stacked(e, kernel, node, out, args, matrices, workspaces, flags=()):
