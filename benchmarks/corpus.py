@@ -41,7 +41,7 @@ class Quabla:
 
         self.qb = qb
         self.np = qb
-        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian"):
+        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian", "jacfwd"):
             setattr(self, name, getattr(qb, name))
 
     def array(self, x):
@@ -55,6 +55,9 @@ class Quabla:
 
     def cg(self, A, b):
         return self.qb.linalg.cg(A, b, tol=1e-10)[0]
+
+    def solve_triangular(self, a, b, lower):
+        return self.qb.linalg.solve_triangular(a, b, lower=lower)
 
     def odeint(self, f, y0, t, *args):
         return self.qb.odeint(f, y0, t, *args, rtol=1e-8, atol=1e-8)
@@ -92,7 +95,7 @@ class Jax:
 
         self.jax = jax
         self.np = jnp
-        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian"):
+        for name in ("grad", "value_and_grad", "vmap", "jit", "jvp", "hessian", "jacfwd"):
             setattr(self, name, getattr(jax, name))
 
     def array(self, x):
@@ -105,6 +108,11 @@ class Jax:
         from jax.scipy.sparse.linalg import cg
 
         return cg(A, b, tol=1e-10)[0]
+
+    def solve_triangular(self, a, b, lower):
+        from jax.scipy.linalg import solve_triangular
+
+        return solve_triangular(a, b, lower=lower)
 
     def odeint(self, f, y0, t, *args):
         from jax.experimental.ode import odeint
@@ -353,10 +361,72 @@ def kernel_lsq(L):
     return L.jit(step), (L.array([0.0] * 100), L.array([0.0] * 100))
 
 
+# Added in session 21, written before anything was measured on them: each found something
+# (gp_nll's solvers compiled by Numba, heat_roll's rolls materialised as slices and copies).
+
+def ns_steady(L):
+    """Steady 2D incompressible Navier-Stokes residuals, (x, y) -> (u, v, p), 2 -> 24 -> 24 -> 3
+    tanh; first derivatives by jacfwd, second by hessian of each velocity component."""
+    params = _mlp(L, [2, 24, 24, 3])
+    nu = 0.02
+    net = lambda p, z: _forward(L, p, z, L.np.tanh)  # noqa: E731
+
+    def residual(p, z):
+        out = net(p, z)
+        J = L.jacfwd(net, argnums=1)(p, z)  # 3 x 2
+        Hu = L.hessian(lambda q: net(p, q)[0])(z)
+        Hv = L.hessian(lambda q: net(p, q)[1])(z)
+        u, v = out[0], out[1]
+        mom_x = u * J[0, 0] + v * J[0, 1] + J[2, 0] - nu * (Hu[0, 0] + Hu[1, 1])
+        mom_y = u * J[1, 0] + v * J[1, 1] + J[2, 1] - nu * (Hv[0, 0] + Hv[1, 1])
+        return L.np.stack([mom_x, mom_y, J[0, 0] + J[1, 1]])
+
+    def loss(p, pts):
+        return L.np.mean(L.vmap(residual, in_axes=(None, 0))(p, pts) ** 2)
+
+    pts = L.array(_rng().uniform(0, 1, (256, 2)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, pts)
+
+
+def gp_nll(L):
+    """A Gaussian process's negative log marginal likelihood (RBF kernel, 80 points, Cholesky
+    and a triangular solve), value and gradient w.r.t. the three log hyperparameters."""
+    rng = _rng()
+    X = L.array(rng.uniform(-2, 2, (80, 2)))
+    y = L.array(rng.normal(size=80))
+
+    def nll(theta):
+        ell, var, noise = L.np.exp(theta[0]), L.np.exp(theta[1]), L.np.exp(theta[2])
+        d2 = L.np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+        K = var * L.np.exp(-0.5 * d2 / ell ** 2) + (noise + 1e-6) * L.np.eye(80)
+        C = L.np.linalg.cholesky(K)
+        a = L.solve_triangular(C, y, lower=True)
+        return 0.5 * L.np.sum(a * a) + L.np.sum(L.np.log(L.np.diag(C))) + 40 * math.log(2 * PI)
+
+    return L.jit(L.value_and_grad(L.edited(nll))), (L.array([0.1, 0.2, -2.0]),)
+
+
+def heat_roll(L):
+    """Explicit 1D heat equation on a periodic grid (a roll Laplacian), 400 steps by scan, the
+    gradient of the final misfit w.r.t. each cell's diffusivity."""
+    n, dt = 128, 0.2
+    x = L.np.linspace(0.0, 1.0, n)
+    u0 = L.np.exp(-100.0 * (x - 0.5) ** 2)
+    target = L.np.exp(-60.0 * (x - 0.45) ** 2) * 0.8
+
+    def misfit(kappa):
+        def step(u, _):
+            return u + dt * kappa * (L.np.roll(u, 1) - 2.0 * u + L.np.roll(u, -1)), None
+        u, _ = L.scan(step, u0, L.np.zeros(400))
+        return L.np.sum((u - target) ** 2)
+
+    return L.jit(L.value_and_grad(L.edited(misfit))), (L.array(0.3 + 0.1 * _rng().uniform(size=n)),)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
-    train_adam, kernel_lsq)}
+    train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
