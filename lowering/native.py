@@ -145,26 +145,32 @@ _BLAS_MODULE = "scipy.linalg.cython_blas"
 _extensions = []  # extension modules loaded here, kept for the libraries they hold
 
 
+# the BLAS routines generated code calls, and which of their parameters are integers
+_BLAS_ROUTINES = {"gemm": (2, 3, 4, 7, 9, 12), "trsm": (4, 5, 8, 10)}
+
+
 def blas_symbols():
-    """``{"quabla_dgemm": address, "quabla_sgemm": address}``: the Fortran ``dgemm`` and
-    ``sgemm`` that SciPy's ``cython_blas`` exports, from that extension loaded on its own:
+    """``{"quabla_dgemm": address, ...}``: the Fortran ``dgemm``, ``sgemm``, ``dtrsm`` and
+    ``strsm`` that SciPy's ``cython_blas`` exports, from that extension loaded on its own:
     importing ``scipy.linalg`` costs ~0.15 s, the extension ~15 ms. Left out of
     ``sys.modules`` (loaded before its package it would lack its attribute there; SciPy's
     own import gets the same module). Empty without SciPy, or if its integers are not the
-    32-bit ones ``runtime._gemm`` passes."""
+    32-bit ones ``scalar_ir.gemm`` and ``scalar_ir.trsm`` pass."""
     global _blas
     with _lock:
         if _blas is None:
             _blas = {}
             module = sys.modules.get(_BLAS_MODULE) or _load_extension(_BLAS_MODULE)
-            for kind in "ds" if module is not None else "":
-                capsule = module.__pyx_capi__[f"{kind}gemm"]
+            routines = [(kind + name, integers) for kind in "ds"
+                        for name, integers in _BLAS_ROUTINES.items()]
+            for routine, integers in routines if module is not None else ():
+                capsule = module.__pyx_capi__[routine]
                 signature = _capsule_name(capsule)
                 params = signature.decode().split("(", 1)[1].rstrip(")").split(", ")
-                if [params[i] for i in (2, 3, 4, 7, 9, 12)] != ["int *"] * 6:
+                if [params[i] for i in integers] != ["int *"] * len(integers):
                     _blas = {}
                     break
-                _blas[f"quabla_{kind}gemm"] = _capsule_pointer(capsule, signature)
+                _blas[f"quabla_{routine}"] = _capsule_pointer(capsule, signature)
             _extensions.append(module)  # it holds the BLAS library
     return _blas
 

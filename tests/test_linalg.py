@@ -191,3 +191,32 @@ def test_bad_input_is_a_clear_error():
         qb.linalg.triangular_solve(np.ones((3, 2)), b)
     with pytest.raises(TypeError, match="mixed dtypes"):
         qb.linalg.triangular_solve(qb.array(a, dtype=qb.float32), qb.array(b))
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["translated", "numba"])
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32], ids=str)
+def test_large_solves_through_blas_trsm_match_numpy(monkeypatch, direct, dtype):
+    """Solves of ``TRSM_THRESHOLD`` or more multiply-adds call BLAS's trsm where SciPy is
+    installed: every triangle and transpose, a stack, the other triangle ignored, through
+    the direct translation and through Numba's front end."""
+    import lowering.numba_cpu as cpu
+    from lowering.numba_cpu import linalg, module_source
+
+    if not linalg.blas_available():
+        pytest.skip("no SciPy BLAS")
+    monkeypatch.setattr(cpu, "DIRECT", direct)
+    # a factor new to every run: the program is compiled here, by the front end asked for
+    factor = 1.0 + float(np.random.default_rng().integers(1, 2**20)) / 2**21
+    solves = qb.jit(lambda a, b: _all_solves(a, b * factor))
+    a, b = _problem((2, 24, 24), (2, 24, 9), seed=4)
+    a = a / 10.0 + 2.0 * np.eye(24)  # conditioned for float32
+    args = (qb.array(a, dtype=dtype), qb.array(b, dtype=dtype))
+    assert 24 * 24 * 9 >= linalg.TRSM_THRESHOLD
+    assert "_trsm(" in "".join(module_source(solves.lower(*args).graph)[0])
+    tol = dict(rtol=1e-11, atol=1e-12) if dtype is qb.float64 else dict(rtol=2e-4, atol=2e-4)
+    a64, b64 = np.asarray(args[0], np.float64), np.asarray(args[1], np.float64)
+    b64 = b64 * np.asarray(np.float32(factor) if dtype is qb.float32 else factor, np.float64)
+    for _ in range(2):
+        for (lower, transpose_a), x in zip(FLAGS, solves(*args)):
+            assert x.dtype is dtype
+            assert_close(x, _expected(a64, b64, lower, transpose_a), **tol)

@@ -60,6 +60,7 @@ _CASTS = {"_cast_float64": "f64", "np.float64": "f64", "float": "f64", "_cast_fl
 _PRODUCTS = {"_matmul_float64": ("quabla_k_matmul_float64", "f64"),
             "_matmul_float32": ("quabla_k_matmul_float32", "f32")}
 _BLAS = {"f64": "quabla_dgemm", "f32": "quabla_sgemm"}
+_TRSM = {"f64": "quabla_dtrsm", "f32": "quabla_strsm"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
             ast.NotEq: "!="}
 
@@ -443,6 +444,15 @@ class _Function:
             raise Unsupported("_gemm")
         sizes = [self.index(v) for v in (m, k, n, ta, tb)]
         sir.gemm(self.b, _BLAS[element], *(p for p, _ in pointers), *sizes)
+        return None, "none"
+
+    def c_trsm(self, a, b, n, m, lower, transpose):
+        pointers = [self.pointer(p) for p in (a, b)]
+        element = pointers[1][1]
+        if element not in _TRSM or any(e != element for _, e in pointers):
+            raise Unsupported("_trsm")
+        sir.trsm(self.b, _TRSM[element], *(p for p, _ in pointers),
+                 *(self.index(v) for v in (n, m, lower, transpose)))
         return None, "none"
 
     def kernel_call(self, symbol, element, args):

@@ -243,6 +243,24 @@ def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
     return types.none(a, b, out, m, k, n, ta, tb), codegen
 
 
+@intrinsic
+def _trsm(typingctx, a, b, n, m, lower, transpose):
+    """``b`` (n x m) = op(T)^-1 ``b`` for typed pointers to C-contiguous matrices, T the lower
+    or upper triangle of ``a`` (scalar_ir.trsm; BLAS only where ``blas_symbols`` has it)."""
+    if not all(isinstance(t, types.CPointer) for t in (a, b)) or a.dtype != b.dtype \
+            or b.dtype not in (types.float64, types.float32):
+        return None
+    symbol = {types.float64: "quabla_dtrsm", types.float32: "quabla_strsm"}[b.dtype]
+    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])  # for this compile's own linking
+
+    def codegen(context, builder, sig, args):
+        sizes = (context.cast(builder, v, t, types.intp) for v, t in zip(args[2:], sig.args[2:]))
+        _ir.trsm(builder, symbol, *args[:2], *sizes)
+        return context.get_dummy_value()
+
+    return types.none(a, b, n, m, lower, transpose), codegen
+
+
 # The special functions without a libm or LLVM form: the scalar algorithms of
 # quabla/core/special_functions.py, compiled as functions of the entries' target (cached on
 # disk) the first time an entry calls one, in float64, rounded to the argument's type.

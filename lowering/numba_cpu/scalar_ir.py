@@ -388,14 +388,7 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
     fn = declared(builder.module, ir.FunctionType(
         ir.VoidType(), [void, void] + [int32.as_pointer()] * 3 + [void, void,
         int32.as_pointer(), void, int32.as_pointer(), void, void, int32.as_pointer()]), symbol)
-
-    def by_reference(value):  # Fortran takes every argument by address
-        slot = entry_slot(builder, value.type)
-        builder.store(value, slot)
-        return slot
-
-    def integer(value):
-        return by_reference(builder.trunc(value, int32))
+    by_reference, integer = _fortran_arguments(builder)
 
     def operand(trans, pointer, rows, cols):
         # column-major BLAS sees a C matrix transposed: out^T = op(b)^T op(a)^T
@@ -412,3 +405,41 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
     builder.call(fn, [op_a, op_b, integer(n), integer(m), integer(k), builder.bitcast(one, void),
                       pa_, lda, pb_, ldb, builder.bitcast(zero, void),
                       builder.bitcast(pc, void), integer(n)])
+
+
+def _fortran_arguments(builder):
+    """``(by_reference, integer)``: a value, and an i64 as a Fortran integer, passed by address
+    (Fortran takes every argument by address)."""
+    def by_reference(value):
+        slot = entry_slot(builder, value.type)
+        builder.store(value, slot)
+        return slot
+
+    def integer(value):
+        return by_reference(builder.trunc(value, ir.IntType(32)))
+    return by_reference, integer
+
+
+def trsm(builder, symbol, pa, pb, n, m, lower, transpose):
+    """``b`` (n x m, C-contiguous, overwritten) = op(T)^-1 ``b`` for the n x n C-contiguous
+    ``a`` (sizes and flags i64 values): T its lower (``lower`` nonzero) or upper triangle,
+    op(T) = T or T^T (``transpose``); by one call of the Fortran ``dtrsm``/``strsm`` named
+    ``symbol`` (native.blas_symbols). Column major sees every matrix transposed: it solves
+    X^T op(T)^T = B^T, with T's triangle the other one of a^T."""
+    char, void = ir.IntType(8), byte_pointer()
+    int32 = ir.IntType(32).as_pointer()
+    fn = declared(builder.module, ir.FunctionType(
+        ir.VoidType(), [void] * 4 + [int32, int32, void, void, int32, void, int32]), symbol)
+    by_reference, integer = _fortran_arguments(builder)
+
+    def letter(flag, yes, no):
+        chosen = builder.select(builder.icmp_signed("!=", flag, ir.Constant(I64, 0)),
+                                ir.Constant(char, ord(yes)), ir.Constant(char, ord(no)))
+        return builder.bitcast(by_reference(chosen), void)
+
+    always = ir.Constant(I64, 1)
+    one = by_reference(ir.Constant(pb.type.pointee, 1.0))
+    builder.call(fn, [letter(always, "r", "r"), letter(lower, "u", "l"),
+                      letter(transpose, "t", "n"), letter(always, "n", "n"), integer(m),
+                      integer(n), builder.bitcast(one, void), builder.bitcast(pa, void),
+                      integer(n), builder.bitcast(pb, void), integer(m)])
