@@ -289,12 +289,18 @@ def _solve_loops(e, node, out, args, n, m):
     _next(e, i, 5)
     e.emit(f"{x}[{k} * {m} + {out}c] = {t} / {lu}[{k} * {n + 1}]", 4)
     e.emit(f"{k} -= 1", 3)
+    _result_or_nan(e, out, x, bad, n * m)
+
+
+def _result_or_nan(e, out, work, bad, size):
+    """Matrix ``b`` of ``out`` (``size`` elements): the workspace ``work``, or all NaN if
+    ``bad`` (a failed pivot)."""
     e.emit(Block(f"if {bad}:"), 2)
-    e.loop(f"{out}c", n * m, 3)
-    e.emit(f"{out}[b * {n * m} + {out}c] = math.nan", 4)
+    e.loop(f"{out}c", size, 3)
+    e.emit(f"{out}[b * {size} + {out}c] = math.nan", 4)
     e.emit(Block("else:"), 2)
-    e.loop(f"{out}c", n * m, 3)
-    e.emit(f"{out}[b * {n * m} + {out}c] = {x}[{out}c]", 4)
+    e.loop(f"{out}c", size, 3)
+    e.emit(f"{out}[b * {size} + {out}c] = {work}[{out}c]", 4)
 
 
 def _counted(e, var, test, depth, start="0"):
@@ -335,12 +341,7 @@ def cholesky(e, node, out, args):
     e.emit(f"{low}[{i} * {n} + {j}] = {s} / {low}[{j} * {n + 1}]", 5)
     _next(e, j, 4)
     _next(e, i, 3)
-    e.emit(Block(f"if {bad}:"), 2)
-    e.loop(f"{out}c", n * n, 3)
-    e.emit(f"{out}[b * {n * n} + {out}c] = math.nan", 4)
-    e.emit(Block("else:"), 2)
-    e.loop(f"{out}c", n * n, 3)
-    e.emit(f"{out}[b * {n * n} + {out}c] = {low}[{out}c]", 4)
+    _result_or_nan(e, out, low, bad, n * n)
 
 
 def triangular_solve(e, node, out, args, lower, transpose_a):

@@ -224,20 +224,35 @@ def _store_bool(context, builder, sig, args):
                   builder.gep(pointer, [index]))
 
 
+def _blas_symbol(routine, pointers):
+    """The symbol of BLAS ``routine`` (``gemm``, ``trsm``) for ``pointers``, typed pointers
+    all to float64 or all to float32, made known to this compile's linking; None for other
+    arguments. Generated code calls BLAS only where ``blas_symbols`` has it."""
+    dtype = pointers[-1].dtype if isinstance(pointers[-1], types.CPointer) else None
+    if dtype not in (types.float64, types.float32) or not all(
+            isinstance(t, types.CPointer) and t.dtype == dtype for t in pointers):
+        return None
+    symbol = f"quabla_{'d' if dtype == types.float64 else 's'}{routine}"
+    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])
+    return symbol
+
+
+def _sizes(context, builder, sig, args, first):
+    """The arguments from ``first`` on, as intp values."""
+    return (context.cast(builder, v, t, types.intp) for v, t in zip(args[first:], sig.args[first:]))
+
+
 @intrinsic
 def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
     """``out`` (m x n) = op(``a``) @ op(``b``) for typed pointers to C-contiguous matrices
     (scalar_ir.gemm), without np.dot's typing, shape checks and error paths (the code
-    generator has checked the shapes, and uses BLAS only where ``blas_symbols`` has it)."""
-    if not all(isinstance(t, types.CPointer) for t in (a, b, out)) or a.dtype != out.dtype \
-            or b.dtype != out.dtype or out.dtype not in (types.float64, types.float32):
+    generator has checked the shapes)."""
+    symbol = _blas_symbol("gemm", (a, b, out))
+    if symbol is None:
         return None
-    symbol = {types.float64: "quabla_dgemm", types.float32: "quabla_sgemm"}[out.dtype]
-    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])  # for this compile's own linking
 
     def codegen(context, builder, sig, args):
-        sizes = (context.cast(builder, v, t, types.intp) for v, t in zip(args[3:], sig.args[3:]))
-        _ir.gemm(builder, symbol, *args[:3], *sizes)
+        _ir.gemm(builder, symbol, *args[:3], *_sizes(context, builder, sig, args, 3))
         return context.get_dummy_value()
 
     return types.none(a, b, out, m, k, n, ta, tb), codegen
@@ -246,16 +261,13 @@ def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
 @intrinsic
 def _trsm(typingctx, a, b, n, m, lower, transpose):
     """``b`` (n x m) = op(T)^-1 ``b`` for typed pointers to C-contiguous matrices, T the lower
-    or upper triangle of ``a`` (scalar_ir.trsm; BLAS only where ``blas_symbols`` has it)."""
-    if not all(isinstance(t, types.CPointer) for t in (a, b)) or a.dtype != b.dtype \
-            or b.dtype not in (types.float64, types.float32):
+    or upper triangle of ``a`` (scalar_ir.trsm)."""
+    symbol = _blas_symbol("trsm", (a, b))
+    if symbol is None:
         return None
-    symbol = {types.float64: "quabla_dtrsm", types.float32: "quabla_strsm"}[b.dtype]
-    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])  # for this compile's own linking
 
     def codegen(context, builder, sig, args):
-        sizes = (context.cast(builder, v, t, types.intp) for v, t in zip(args[2:], sig.args[2:]))
-        _ir.trsm(builder, symbol, *args[:2], *sizes)
+        _ir.trsm(builder, symbol, *args[:2], *_sizes(context, builder, sig, args, 2))
         return context.get_dummy_value()
 
     return types.none(a, b, n, m, lower, transpose), codegen
