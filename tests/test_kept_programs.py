@@ -176,7 +176,7 @@ def test_a_program_with_large_constants_is_not_kept(monkeypatch, generated):
     assert programs.key(graph, 1) is not None
 
 
-# -- every primitive, cut and threaded programs ------------------------------------------------------
+# -- every primitive, cut and threaded programs ---------------------------------------------
 
 def test_every_primitive_s_kept_program_gives_the_interpreter_s_results(generated):
     """The first rule-test case of each primitive with its gradient (device_cases): compiled

@@ -29,8 +29,8 @@ from .. import cache
 from . import codegen  # noqa: F401  (loaded first: its modules' settings key a program)
 from .threads import Phases
 
-__all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode", "load",
-           "store"]
+__all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode",
+           "load", "store"]
 
 # Whether generated programs are kept (a test that watches the generator at work turns it off)
 KEEP = True
