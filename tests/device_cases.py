@@ -220,11 +220,33 @@ def _indexing_cases(rng):
                       rng.uniform(-1, 1, (2, 5, 2))]))]
 
 
+def _stencil(u, k):
+    """A periodic Laplacian step by rolls: slices, a concatenate and (its gradient) pads,
+    read through one another in one loop (lowering/loopnest/gathers.py)."""
+    return u + 0.1 * k * (qb.roll(u, 1) - 2.0 * u + qb.roll(u, -1))
+
+
+def _mapped(x):
+    """Maps of maps: a pad with interior and negative widths, a concatenate of four, a
+    transpose and slices of them."""
+    padded = qb_ops.bind("pad", x, low=(1, -1), high=(0, 2), interior=(0, 1))  # (4, 8)
+    column = qb.concat([x[:, ::-1][:, :1], padded[:1, :1] * 3.0], axis=0)
+    joined = qb.concat([padded, column, padded[:, 2:5],
+                        qb.broadcast_to(x[None, 0, :3], (4, 3))], axis=1)[::-1]
+    return qb.transpose(joined)[1::2] * 2.0
+
+
+def _gather_cases(rng):
+    return [Case("roll-stencil", _with_gradient(_stencil),
+                 _f32([rng.uniform(-1, 1, 8), rng.uniform(0.5, 1.5, 8)])),
+            Case("maps-of-maps", _with_gradient(_mapped), _f32([rng.uniform(-1, 1, (3, 4))]))]
+
+
 def cases():
     """Every case of the corpus, with fixed data."""
     rng = np.random.default_rng(11)
     return (primitive_cases(rng) + _transformed_cases(rng) + _control_cases(rng)
-            + _math_cases(rng) + _indexing_cases(rng))
+            + _math_cases(rng) + _indexing_cases(rng) + _gather_cases(rng))
 
 
 def check(device, case, tol=TOL):

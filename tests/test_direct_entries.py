@@ -138,6 +138,20 @@ def test_powers_indices_and_bool_extrema_have_numba_s_bits():
                      b1=np.zeros(8, bool))
 
 
+def test_integer_division_by_a_constant_has_numba_s_bits():
+    """``//`` and ``%`` of int64s by positive constants (a pad's interior), negative
+    dividends included: Python's floor and the divisor's sign."""
+    body = """
+        i0 = 0
+        while i0 < 40:
+            k0[i0] = (i0 - 20) // 3 + 100 * ((i0 - 20) % 3)
+            k0[i0 + 40] = (i0 - 17) // 1 + 100 * ((i0 - 17) % 7)
+            r0[i0] = v0[i0 % 20] if (i0 - 3) % 4 == 0 and i0 >= 3 else 0.0
+            i0 += 1
+        """
+    assert_same_bits(body, v0=np.array(SPECIAL), k0=np.zeros(80, np.int64), r0=np.zeros(40))
+
+
 def test_the_typing_rules_have_numba_s_bits():
     """Integer and float promotion, true division, a variable widened by a later assignment,
     float32 arithmetic with float64 literals, bools in memory, ``and``/``or``/``not``,
@@ -234,7 +248,7 @@ def test_copies_zero_fills_and_products_have_numba_s_bits():
         np.testing.assert_allclose(translated[2].reshape(5, 4), a[0] @ b[0], rtol=1e-14)
 
 
-@pytest.mark.parametrize("line", ["r0[0] = i0 % 2", "r0[0] = i0 // 2",
+@pytest.mark.parametrize("line", ["r0[0] = i0 % i0", "r0[0] = i0 // -2",
                                   "r0[0] = _digamma(i0)", "r0[0] = math.copysign(v0[0], 1.0)",
                                   "r0[0] = _pow(v0[0], 2)", "r0[0] = v1 + 1.0"])
 def test_what_it_does_not_know_is_left_to_numba(line):

@@ -280,8 +280,9 @@ def test_large_scratch_slots_start_at_different_offsets_in_a_page():
 
 # -- every kind of primitive inside a tile loop ---------------------------------------------
 
-TILED_CASES = ["abs", "broadcast_in_dim", "cast", "concatenate", "integer_pow", "max", "pow",
-               "reduce_max", "reduce_sum", "reshape", "rev", "select", "slice", "transpose"]
+TILED_CASES = ["abs", "broadcast_in_dim", "cast", "concatenate", "integer_pow", "max", "pad",
+               "pow", "reduce_max", "reduce_sum", "reshape", "rev", "select", "slice",
+               "transpose"]
 
 
 def tiled_case_params():

@@ -15,6 +15,7 @@ float64 arrays only to float32 accuracy.
 import mlx.core as mx
 
 from quabla import dtypes as _dt
+from quabla.core.rules.structural import pad_steps
 from ..loopnest.products import product
 from .elementwise import elementwise_rule
 
@@ -48,12 +49,11 @@ def _rev(ctx, x, *, dimensions):
 
 
 def _pad(ctx, x, *, low, high, interior):
-    """Zeros of the padded shape with ``x`` written at its strided place (as the reference)."""
-    shape = tuple(lo + n + (n - 1) * it + hi for n, lo, hi, it in zip(x.shape, low, high, interior))
-    out = mx.zeros(shape, x.dtype)
-    out[tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
-              for lo, n, it in zip(low, x.shape, interior))] = x
-    return out
+    """As the reference: zeros, ``x`` written at its strided place, negative widths cropped."""
+    grown, place, crop = pad_steps(x.shape, low, high, interior)
+    out = mx.zeros(grown, x.dtype)
+    out[place] = x
+    return out[crop]
 
 
 _STRUCTURAL = {

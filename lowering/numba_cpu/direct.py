@@ -9,7 +9,8 @@ the helpers' instructions coming from scalar_ir.py as runtime.py's do. A part th
 few milliseconds of Python before LLVM (machine.py), and a process whose parts all translate
 never imports Numba: its import is ~0.15 s, and its front end ~40% of a part's compile
 (docs/compile-time.md). A part that uses anything else (the array kernels' ``carray`` views,
-the special functions, floor division) raises ``Unsupported``, and Numba compiles it.
+the special functions, integer division by anything but a positive constant) raises
+``Unsupported``, and Numba compiles it.
 """
 
 import ast
@@ -69,6 +70,15 @@ def _lltype(kind):
     if kind.startswith("*"):
         return _DATA[kind[1:]].as_pointer()
     return _ARGS if kind == "args" else _VALUE[kind]
+
+
+def _floor_divmod(b, a, c):
+    """Python's ``a // c`` and ``a % c`` of int64s, ``c`` a positive constant: the remainder
+    takes the divisor's sign."""
+    q, r = b.sdiv(a, c), b.srem(a, c)
+    negative = b.icmp_signed("<", r, ir.Constant(_I64, 0))
+    return (b.select(negative, b.sub(q, ir.Constant(_I64, 1)), q),
+            b.select(negative, b.add(r, c), r))
 
 
 def _promote(a, b):
@@ -203,6 +213,8 @@ class _Function:
         a, c = self.cast(a, ta, kind), self.cast(c, tc, kind)
         if op in (ast.FloorDiv, ast.Mod) and kind in _FLOATS:
             return sir.float_divmod(b, a, c)[op is ast.Mod], kind
+        if op in (ast.FloorDiv, ast.Mod) and isinstance(c, ir.Constant) and c.constant > 0:
+            return _floor_divmod(b, a, c)[op is ast.Mod], kind  # a pad's interior
         if kind == "i64":
             emit = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}.get(op)
         else:

@@ -13,6 +13,7 @@ import math
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
+from ..loopnest.gathers import below, gather_expression
 from ..loopnest.schedule import Group, Single, TileBegin, TileEnd, kind, last_uses, schedule
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
@@ -83,6 +84,8 @@ class Emitter:
         for nid, node in enumerate(graph.nodes):
             for o in node.operands:
                 self.consumers.setdefault(o, []).append(nid)
+        self.ranges = {}     # loop index -> (lo, hi) of the loop nest being emitted (groups.py)
+        self.splits = None   # loop index -> indices where a guarded read changes, when asked
         self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
         self.loop_end = 0    # index of its TileEnd
         self.indent = parent.indent + 1 if parent else 0  # extra indentation: + 1 in a loop
@@ -263,31 +266,38 @@ class Emitter:
             return f"v{nid}"
         return self.at(f"v{nid}", self.rows(nid, idx))
 
-    def gather(self, node, group, idx):
-        """Index maps read their (materialised) source at a remapped index."""
-        source = node.operands[0]
-        src = self.nodes[source]
-        if src.shape == ():
-            return f"v{source}"
-        idx = self.rows(source, idx)
-        params = dict(node.params)
-        if node.op == "broadcast_in_dim":
-            sidx = [idx[d] for d in params["broadcast_dimensions"]]
-        elif node.op == "transpose":
-            perm = params["permutation"]
-            sidx = [None] * len(perm)
-            for k, p in enumerate(perm):
-                sidx[p] = idx[k]
-        elif node.op == "rev":
-            flipped = params["dimensions"]
-            sidx = [f"{n - 1} - {i}" if d in flipped else i
-                    for d, (i, n) in enumerate(zip(idx, src.shape))]
-        else:  # slice
-            sidx = [
-                f"{s} + {st} * {i}" if st != 1 else (f"{s} + {i}" if s else i)
-                for i, s, st in zip(idx, params["start_indices"], params["strides"])
-            ]
-        return self.at(f"v{source}", sidx)
+    def gather(self, node, group, idx, local=None):
+        """Index map ``node`` at ``idx`` (loopnest/gathers.py): each operand read where the map
+        sends the index, one that is ``composed`` gathered in turn. In a tile loop, ``idx``
+        counts the rows of the tile: an array that holds all rows is read at the global row,
+        the row the maps keep in place when they read the tile's arrays (schedule._keeps_rows),
+        else the index is made global before it is mapped."""
+        if local is None:
+            local = self.tile is not None and bool(idx)
+            if local and not self.reads_tile(node, group):
+                idx, local = self.global_rows(idx), False
+
+        def read(k, sidx):
+            o = node.operands[k]
+            if self.nodes[o].shape == ():
+                return f"v{o}"
+            if self.composed(o, group):  # (which decides again while rows are the tile's)
+                return self.gather(self.nodes[o], group, sidx, None if local else False)
+            return self.at(f"v{o}", self.rows(o, sidx) if local else sidx)
+        return gather_expression(node, [self.nodes[o].shape for o in node.operands],
+                                 [idx] * len(node.operands), read,
+                                 lambda expr, bound: below(expr, bound, self.ranges, self.splits))
+
+    def composed(self, nid, group):
+        """Whether reading node ``nid`` from an index map gathers it in turn: an index map not
+        stored, or one of ``group``, whose buffer its loop is still writing."""
+        return kind(self.nodes[nid]) == "index_map" and self.nodes[nid].shape != () and (
+            nid not in self.stored or (group is not None and nid in group.member_set))
+
+    def reads_tile(self, node, group):
+        """Whether gathering index map ``node`` reads an array of the tile loop."""
+        return any(self.reads_tile(self.nodes[o], group) if self.composed(o, group)
+                   else self.in_tile(o) for o in node.operands)
 
     def single(self, nid):
         node = self.nodes[nid]

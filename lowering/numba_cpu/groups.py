@@ -15,11 +15,15 @@ __all__ = ["emit_group", "reduction_init", "SPLICE_DEPTH", "SPLICE_LENGTH"]
 
 SPLICE_DEPTH = 40
 SPLICE_LENGTH = 2000
+SEGMENTS = 6  # the most loops one loop is split into
 
 
 def emit_group(e, group):
     """The loop nest of ``group``: accumulators and stored members first, then one loop per
-    axis, each member a local (or spliced), reductions accumulated in place."""
+    axis, each member a local (or spliced), reductions accumulated in place. Where guarded
+    reads (a pad's, a concatenate's: loopnest/gathers.py) change along the innermost axis
+    that has them, that loop is split there into up to ``SEGMENTS`` loops, in order, each
+    reading without guards: the stencil's middle runs branch-free and vectorises."""
     shape = tuple(group.shape)
     if e.tile is not None:
         shape = (e.tile.tile,) + shape[1:]
@@ -31,9 +35,45 @@ def emit_group(e, group):
             reduction_init(e, node, m)
         elif m in group.materialized:
             e.alloc(f"v{m}", shape, node.dtype, result=m)
-    for depth, (i, n) in enumerate(zip(idx, shape)):
-        e.loop(i, n, depth + 1)
-    depth = len(shape) + 1
+    axis, segments = _segments(e, group, idx, shape)
+    for depth in range(axis):
+        e.loop(idx[depth], shape[depth], depth + 1)
+    for lo, hi in segments:
+        e.ranges[idx[axis]] = (lo, hi)
+        e.loop(idx[axis], hi, axis + 1, start=lo)
+        for depth in range(axis + 1, len(shape)):
+            e.loop(idx[depth], shape[depth], depth + 1)
+        _body(e, group, idx, len(shape) + 1)
+    e.ranges = {}
+    for m in group.members:
+        if kind(e.nodes[m]) == "reduction":
+            e.export(m)
+
+
+def _segments(e, group, idx, shape):
+    """``(axis, [(lo, hi), ...])``: the loop to split and its segments, from where the
+    group's guarded reads change (asked of every read once, without emitting); the first axis
+    whole if none do, or if more than ``SEGMENTS`` segments would be needed."""
+    e.ranges, e.splits = {i: (0, n) for i, n in zip(idx, shape)}, {}
+    for m in group.members:
+        node = e.nodes[m]
+        if kind(node) == "index_map":
+            e.gather(node, group, idx)
+            continue
+        for o in node.operands:
+            if o not in group.member_set or kind(e.nodes[o]) == "reduction":
+                e.read(o, group, idx)
+    splits, e.splits = e.splits, None
+    for axis in range(len(shape) - 1, -1, -1):
+        cuts = sorted(t for t in splits.get(idx[axis], ()) if 0 < t < shape[axis])
+        if cuts and len(cuts) < SEGMENTS:
+            ends = [0] + cuts + [shape[axis]]
+            return axis, list(zip(ends, ends[1:]))
+    return 0, [(0, shape[0])]
+
+
+def _body(e, group, idx, depth):
+    """The members of ``group`` at loop index ``idx``, statements at ``depth``."""
     single_use = single_uses(e, group)
     for m in group.members:
         node = e.nodes[m]
@@ -42,7 +82,7 @@ def emit_group(e, group):
             continue
         if kind(node) == "index_map":
             expr = e.gather(node, group, idx)
-            nesting = 2
+            nesting = max(2, _depth(expr))
         else:
             nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
                 [e.nesting.get(o, 2) for o in node.operands if o in e.inlined] + [2])
@@ -56,9 +96,6 @@ def emit_group(e, group):
             e.emit(f"{e.at(f'v{m}', idx)} = s{m}", depth)
         if e.tile is not None and m in e.tile.exports:
             e.emit(f"{e.at(f'f{m}', e.global_rows(idx))} = s{m}", depth)
-    for m in group.members:
-        if kind(e.nodes[m]) == "reduction":
-            e.export(m)
 
 
 def single_uses(e, group):
@@ -109,8 +146,13 @@ def reduction_step(e, node, nid, group, idx, depth):
 @functools.lru_cache(maxsize=None)
 def _nesting(template):
     """How deep ``template`` nests brackets around its operands (at most)."""
+    return _depth(re.sub(r"{\w+}", "", template))
+
+
+def _depth(text):
+    """How deep ``text`` nests brackets."""
     deepest = depth = 0
-    for ch in re.sub(r"{\w+}", "", template):
+    for ch in text:
         depth += (ch in "([") - (ch in ")]")
         deepest = max(deepest, depth)
     return deepest

@@ -44,7 +44,7 @@ class Loop:
         self.body = []
 
     def once(self):
-        return (self.start, self.stop, self.step) == (0, 1, 1)
+        return self.step == 1 and isinstance(self.start, int) and self.stop == self.start + 1
 
     def counted(self):
         """Whether it renders as a ``while`` loop: literal bounds, or the control row's."""
@@ -175,7 +175,7 @@ def _render_loop(loop, depth):
         offsets |= bound
     var = loop.var
     if loop.once():
-        return [f"{pad}{var} = 0"] + body, offsets
+        return [f"{pad}{var} = {loop.start}"] + body, offsets
     if not loop.counted():
         bounds = ([] if loop.start == 0 and loop.step == 1 else [loop.start]) + [loop.stop] \
             + ([] if loop.step == 1 else [loop.step])

@@ -1,6 +1,6 @@
-"""Lowerings of the whole-array structural ops: reshape (a view), pad and concatenate (loops),
-``dynamic_index`` and ``dynamic_update_add`` (a row read or updated in place where it can),
-``sort`` (the runtime's merge sort per matrix)."""
+"""Lowerings of the whole-array structural ops: reshape (a view), ``dynamic_index`` and
+``dynamic_update_add`` (a row read or updated in place where it can), ``sort`` (the runtime's
+merge sort per matrix). Pad and concatenate are index maps (loopnest/gathers.py)."""
 
 import math
 
@@ -21,28 +21,6 @@ def reshape(e, node, out, args, new_shape):
     else:
         e.reshaped(args[0], new_shape, out)
         e.view(out, args[0], node_id(out))
-
-
-def pad(e, node, out, args, low, high, interior):
-    """Zeros with the operand scattered in: plain loops (slice assignment would make Numba
-    compile its error-message machinery, seconds per process)."""
-    src = e.nodes[node.operands[0]]
-    e.alloc(out, node.shape, node.dtype, fill="0", result=node_id(out))
-    idx = [f"i{k}" for k in range(len(src.shape))]
-    target = [f"{lo} + {it + 1} * {i}" for i, lo, it in zip(idx, low, interior)]
-    e.loops(src.shape, f"{e.at(out, target)} = {e.at(args[0], idx)}")
-
-
-def concatenate(e, node, out, args, axis):
-    e.alloc(out, node.shape, node.dtype, result=node_id(out))
-    offset = 0
-    for name, o in zip(args, node.operands):
-        shape = e.nodes[o].shape
-        idx = [f"i{k}" for k in range(len(shape))]
-        target = list(idx)
-        target[axis] = f"{offset} + i{axis}" if offset else f"i{axis}"
-        e.loops(shape, f"{e.at(out, target)} = {e.at(name, idx)}")
-        offset += shape[axis]
 
 
 def per_row(e, nid, shape, b, index, n, statement):
@@ -118,9 +96,8 @@ def sort(e, node, out, args):
             [(f"t{out}p", (n,)), (f"t{out}q", (n,))])
 
 
-register({"reshape": reshape, "pad": pad, "concatenate": concatenate,
-          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add,
-          "sort": sort})
+register({"reshape": reshape, "dynamic_index": dynamic_index,
+          "dynamic_update_add": dynamic_update_add, "sort": sort})
 
 
 # -- gather / scatter (quabla/core/rules/gather.py) -------------------------------------------

@@ -11,6 +11,7 @@ import math
 
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import ScratchPlan
+from ..loopnest.gathers import gather_expression
 from ..loopnest.schedule import Group, Single, kind, last_uses, schedule
 from ..loopnest.templates import literal, np_dtype, scalar_expression
 from .groups import emit_group
@@ -105,25 +106,20 @@ class Emitter:
         return f"v{nid}[{', '.join(idx)}]"
 
     def gather(self, node, group, idx):
-        source = node.operands[0]
-        src = self.nodes[source]
-        params = dict(node.params)
-        if src.shape == ():
-            sidx = []
-        elif node.op == "broadcast_in_dim":
-            sidx = [idx[d] for d in params["broadcast_dimensions"]]
-        elif node.op == "transpose":
-            sidx = [None] * len(idx)
-            for k, p in enumerate(params["permutation"]):
-                sidx[p] = idx[k]
-        elif node.op == "rev":
-            sidx = [f"{n - 1} - {i}" if d in params["dimensions"] else i
-                    for d, (i, n) in enumerate(zip(idx, src.shape))]
-        else:  # slice
-            sidx = [f"{s} + {st} * {i}" for i, s, st in
-                    zip(idx, params["start_indices"], params["strides"])]
-        # a 0-d member is a scalar local (only a fused loop's body has such members)
-        return self.read(source, group if src.shape == () else None, sidx)
+        """Index map ``node`` at ``idx`` (loopnest/gathers.py); an operand that is an index map
+        not stored, or one of this kernel (whose buffer it is still writing), is gathered in
+        turn; a 0-d member of the group is its scalar local."""
+        def read(k, sidx):
+            o = node.operands[k]
+            source = self.nodes[o]
+            if source.shape == ():
+                return self.read(o, group, [])
+            if kind(source) == "index_map" and (
+                    o not in self.stored or (group is not None and o in group.member_set)):
+                return self.gather(source, group, sidx)
+            return self.read(o, None, sidx)
+        return gather_expression(node, [self.nodes[o].shape for o in node.operands],
+                                 [idx] * len(node.operands), read)
 
     def scalar_expr(self, node, args):
         expr = scalar_expression(node, args)

@@ -204,7 +204,7 @@ def fused_loop_shape(graph, carries):
         if PRIMITIVES[node.op].elementwise:
             ok = all(o.shape == node.shape for o in operands)
         elif kind(node) == "index_map":
-            ok = operands[0].shape == () or invariant(node.operands[0])
+            ok = all(o.shape == () or invariant(n) for o, n in zip(operands, node.operands))
         elif node.op == "dynamic_index":
             ok = (operands[1].shape == () and invariant(node.operands[0])
                   and tuple(operands[0].shape[1:]) == shape)

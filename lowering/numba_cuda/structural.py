@@ -1,9 +1,8 @@
 """Lowerings of the whole-array structural ops: reshape (a view, or a fill of a scalar
-constant), pad and concatenate (gather kernels), ``dynamic_index`` and ``dynamic_update_add``
-(one kernel each, the row from ``_row`` as the reference clamps it), ``sort`` (a merge sort
-per matrix)."""
+constant), ``dynamic_index`` and ``dynamic_update_add`` (one kernel each, the row from ``_row``
+as the reference clamps it), ``sort`` (a merge sort per matrix). Pad and concatenate are index
+maps (loopnest/gathers.py)."""
 
-from ..loopnest.templates import literal
 from .linalg import stacked
 from .table import register
 
@@ -18,43 +17,6 @@ def reshape(e, node, nid, new_shape):
         e.grid_stride(node.shape, lambda i: [f"v{nid}[{idx(i)}] = {e.literals[source]}"])
     else:
         e.as_shape(f"v{source}", node.shape, f"v{nid}", nid)
-
-
-def pad(e, node, nid, low, high, interior):
-    src = e.nodes[node.operands[0]]
-    e.alloc(f"v{nid}", node.shape, node.dtype.name)
-
-    def lines(idx):
-        body, inside = [], []
-        for d, (i, lo, it, n) in enumerate(zip(idx, low, interior, src.shape)):
-            body.append(f"q{d} = {i} - {lo}")
-            inside.append(f"q{d} >= 0 and q{d} % {it + 1} == 0 and q{d} // {it + 1} < {n}")
-        value = e.read(node.operands[0], None, [f"q{d} // {it + 1}"
-                                                for d, it in enumerate(interior)])
-        zero = literal(0, node.dtype.name)
-        return body + [f"v{nid}[{', '.join(idx)}] = {value} if "
-                       f"{' and '.join(inside) or 'True'} else {zero}"]
-    e.grid_stride(node.shape, lines)
-
-
-def concatenate(e, node, nid, axis):
-    e.alloc(f"v{nid}", node.shape, node.dtype.name)
-
-    def lines(idx):
-        body, offset = [], 0
-        for k, o in enumerate(node.operands):
-            size = e.nodes[o].shape[axis]
-            at = list(idx)
-            at[axis] = f"{idx[axis]} - {offset}"
-            test = "if" if k == 0 else "elif"
-            if k == len(node.operands) - 1:
-                body.append("else:")
-            else:
-                body.append(f"{test} {idx[axis]} < {offset + size}:")
-            body.append(f"    v{nid}[{', '.join(idx)}] = {e.read(o, None, at)}")
-            offset += size
-        return body
-    e.grid_stride(node.shape, lines)
 
 
 def row_index(e, x, i, idx):
@@ -97,9 +59,8 @@ def sort(e, node, nid):
     stacked(e, "_sort", node, nid, [(m, n), (m, n)], [(n,), (n,)])
 
 
-register({"reshape": reshape, "pad": pad, "concatenate": concatenate,
-          "dynamic_index": dynamic_index, "dynamic_update_add": dynamic_update_add,
-          "sort": sort})
+register({"reshape": reshape, "dynamic_index": dynamic_index,
+          "dynamic_update_add": dynamic_update_add, "sort": sort})
 
 
 # -- gather / scatter (quabla/core/rules/gather.py) -------------------------------------------

@@ -41,8 +41,8 @@ class Primitive:
     - ``differentiable=False`` marks ops with no derivative (comparisons, bool logic).
     - ``kind``: the op's class, which the scheduler, the rewriter and the emitters read:
       ``"elementwise"`` (fused into loop nests through its scalar template ``scalar``),
-      ``"index_map"`` (fused as a remapped read of its operand: broadcast, transpose, slice,
-      rev), ``"reduction"`` (fused as an accumulation starting from ``identity``),
+      ``"index_map"`` (fused as a remapped read of its operands: broadcast, transpose, slice,
+      rev, and pad and concatenate, whose reads are guarded), ``"reduction"`` (fused as an accumulation starting from ``identity``),
       ``"region"`` (control flow around sub-graphs), or None (a whole-array operation).
     - ``cheap(params) -> bool``: an elementwise op worth computing again in a later loop
       rather than storing (arithmetic and comparisons, not transcendental functions).

@@ -212,6 +212,10 @@ def _identity(s, op, operands, node):
             return operands[0]
         if inner.op == "rev" and inner.kw["dimensions"] == kw["dimensions"]:
             return inner.operands[0]
+    elif op in ("pad", "concatenate", "slice"):
+        if len(operands) == 1 and _same_aval(s, operands[0], node) and (
+                op != "pad" or not any(kw["low"] + kw["interior"])):
+            return operands[0]  # nothing padded, one operand, everything sliced
     elif op == "broadcast_in_dim":
         x = operands[0]
         inner = s.node(x)

@@ -179,15 +179,31 @@ def _pad_shape(x, *, low, high, interior):
     return _padded(x.shape, low, high, interior), x.dtype, x.weak
 
 
+def pad_steps(shape, low, high, interior):
+    """A pad done with whole-array steps (the reference; MLX): zeros of shape ``grown``
+    (padded by the positive widths), the operand written at ``place``, then ``crop`` (by the
+    negative widths) taken."""
+    grown_low = [max(w, 0) for w in low]
+    grown = _padded(shape, grown_low, [max(w, 0) for w in high], interior)
+    place = tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
+                  for lo, n, it in zip(grown_low, shape, interior))
+    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for lo, hi, n in zip(low, high, grown))
+    return grown, place, crop
+
+
 def _pad_impl(x, *, low, high, interior):
-    out = np.zeros(_padded(x.shape, low, high, interior), x.dtype)
-    out[tuple(slice(lo, lo + (n - 1) * (it + 1) + 1, it + 1)
-              for lo, n, it in zip(low, x.shape, interior))] = x
-    return out
+    grown, place, crop = pad_steps(x.shape, low, high, interior)
+    out = np.zeros(grown, x.dtype)
+    out[place] = x
+    return out[crop]
 
 
 def _pad_vjp(ct, primals, out, *, low, high, interior):
     (x,) = primals
+    if min(low + high, default=0) < 0:  # what was cropped gets zeros back: pad by -widths
+        ct = bind("pad", ct, low=tuple(-w for w in low), high=tuple(-w for w in high),
+                  interior=(0,) * len(low))
+        low = (0,) * len(low)
     return [bind("slice", ct, start_indices=tuple(low),
                  limit_indices=tuple(lo + (n - 1) * (it + 1) + 1
                                      for lo, n, it in zip(low, x.shape, interior)),
@@ -200,6 +216,7 @@ register(Primitive(
     batch=lambda args, batched, size, *, low, high, interior: (
         bind("pad", args[0], low=(0,) + tuple(low), high=(0,) + tuple(high),
              interior=(0,) + tuple(interior)), True),
+    kind="index_map",
 ))
 
 
@@ -243,6 +260,7 @@ register(Primitive(
     "concatenate", shape_rule=_concat_shape,
     impl=lambda *xs, axis: np.concatenate(xs, axis=axis),
     jvp=_concat_jvp, vjp=_concat_vjp, batch=_concat_batch,
+    kind="index_map",
 ))
 
 
