@@ -423,10 +423,60 @@ def heat_roll(L):
     return L.jit(L.value_and_grad(L.edited(misfit))), (L.array(0.3 + 0.1 * _rng().uniform(size=n)),)
 
 
+# Added in session 22, written before anything was measured on them: stencils spelled with
+# pad (a Dirichlet boundary) and with concatenates (periodic upwind differences). The first
+# found linspace without `endpoint`.
+
+def heat_pad2d(L):
+    """2D heat equation, zero Dirichlet boundary by pad, 5-point Laplacian by slices of the
+    padded grid, 60 explicit steps by scan; gradient of the final misfit w.r.t. the
+    diffusivity field."""
+    n, dt = 40, 0.2
+    g = L.np.linspace(0.0, 1.0, n)
+    X, Y = g[:, None], g[None, :]
+    u0 = L.np.exp(-80.0 * ((X - 0.5) ** 2 + (Y - 0.5) ** 2))
+    target = L.np.exp(-50.0 * ((X - 0.45) ** 2 + (Y - 0.55) ** 2)) * 0.7
+
+    def misfit(kappa):
+        def step(u, _):
+            p = L.np.pad(u, 1)
+            lap = p[2:, 1:-1] + p[:-2, 1:-1] + p[1:-1, 2:] + p[1:-1, :-2] - 4.0 * u
+            return u + dt * kappa * lap, None
+        u, _ = L.scan(step, u0, L.np.zeros(60))
+        return L.np.sum((u - target) ** 2)
+
+    kappa = L.array(0.2 + 0.05 * _rng().uniform(size=(n, n)))
+    return L.jit(L.value_and_grad(L.edited(misfit))), (kappa,)
+
+
+def burgers_upwind(L):
+    """1D viscous Burgers by finite differences: upwind advection and a central diffusion
+    term built from concatenates (periodic), 150 steps by scan; gradient of the final energy
+    w.r.t. the initial condition's Fourier amplitudes."""
+    n, dt, nu = 96, 0.002, 0.01
+    x = L.np.linspace(0.0, 1.0, n, endpoint=False)
+    dx = 1.0 / n
+    modes = L.np.stack([L.np.sin(2 * PI * (k + 1) * x) for k in range(4)])
+
+    def energy(a):
+        u0 = a @ modes + 1.0
+
+        def step(u, _):
+            left = L.np.concatenate([u[-1:], u[:-1]])
+            right = L.np.concatenate([u[1:], u[:1]])
+            adv = u * (u - left) / dx
+            dif = nu * (right - 2.0 * u + left) / dx ** 2
+            return u + dt * (dif - adv), None
+        u, _ = L.scan(step, u0, L.np.zeros(150))
+        return 0.5 * L.np.sum(u ** 2) * dx
+
+    return L.jit(L.value_and_grad(L.edited(energy))), (L.array([0.3, -0.2, 0.1, 0.05]),)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
-    train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll)}
+    train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind)}
 
 
 # -- measuring ------------------------------------------------------------------------------------

@@ -304,9 +304,13 @@ def arange(start, stop=None, step=1.0, dtype=None):
     return _finish_range(np.arange(start, stop, step, dtype=np.float64), dtype)
 
 
-def linspace(start, stop, num, dtype=None):
-    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive, as ``numpy.linspace``."""
-    return _finish_range(np.linspace(start, stop, as_index(num), dtype=np.float64), dtype)
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (inclusive unless not
+    ``endpoint``), as ``numpy.linspace``; with ``retstep``, ``(values, step)``."""
+    values, step = np.linspace(start, stop, as_index(num), endpoint=bool(endpoint),
+                               retstep=True, dtype=np.float64)
+    values = _finish_range(values, dtype)
+    return (values, float(step)) if retstep else values
 
 
 def _finish_range(values, dtype):

@@ -432,6 +432,11 @@ CONSTRUCTED = {
     "linspace one": (lambda: qb.linspace(2, 3, 1), np.linspace(2.0, 3.0, 1)),
     "linspace f32": (lambda: qb.linspace(-1, 1, 4, dtype=np.float32),
                      np.linspace(-1, 1, 4).astype(np.float32)),
+    "linspace no endpoint": (lambda: qb.linspace(0, 1, 8, endpoint=False),
+                             np.linspace(0.0, 1.0, 8, endpoint=False)),
+    "linspace default num": (lambda: qb.linspace(-2, 3), np.linspace(-2.0, 3.0)),
+    "linspace step": (lambda: qb.linspace(0, 1, 5, False, True)[0] + qb.linspace(
+        0, 1, 5, False, True)[1], np.linspace(0.0, 1.0, 5, endpoint=False) + 0.2),
     "eye": (lambda: qb.eye(3), np.eye(3)),
     "eye rect": (lambda: qb.eye(2, 4), np.eye(2, 4)),
     "eye f32": (lambda: qb.eye(2, dtype=qb.float32), np.eye(2, dtype=np.float32)),

@@ -605,14 +605,19 @@ def _keeps_rows(nodes, nid, tiles, gathered):
     own, through the index maps it ``gathered`` in turn: a tile must keep its rows where they
     are. Every map on a way to an array of the tile must keep the row axis; one that reads
     only arrays holding all rows may move it (they are read at the global row)."""
+    known = {}
+
     def reaches(n):  # None: a map on the way to the tile moves its rows
-        found = False
-        for o in nodes[n].operands:
-            r = reaches(o) if gathered(o) else o in tiles
-            if r is None:
-                return None
-            found = found or r
-        return None if found and not _keeps_row_axis(nodes[n]) else found
+        if n not in known:
+            found = False
+            for o in nodes[n].operands:
+                r = reaches(o) if gathered(o) else o in tiles
+                if r is None:
+                    found = None
+                    break
+                found = found or r
+            known[n] = None if found and not _keeps_row_axis(nodes[n]) else found
+        return known[n]
     return reaches(nid) is not None
 
 
