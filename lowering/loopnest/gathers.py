@@ -13,9 +13,10 @@ no pass over memory of their own.
 import functools
 import re
 
+from .schedule import kind
 from .templates import literal
 
-__all__ = ["gather_expression", "below"]
+__all__ = ["gather_expression", "below", "composed"]
 
 
 def gather_expression(node, shapes, idxs, read, below=lambda expr, bound: None):
@@ -46,6 +47,13 @@ def gather_expression(node, shapes, idxs, read, below=lambda expr, bound: None):
         return read(0, [_affine(i, s, st) for i, s, st in
                         zip(idx, params["start_indices"], params["strides"])])
     raise ValueError(f"{node.op} is not an index map")
+
+
+def composed(nodes, nid, stored, group):
+    """Whether an index map reading node ``nid`` gathers it in turn: ``nid`` is an index map
+    not ``stored``, or one of ``group``, whose buffer its loop is still writing."""
+    return kind(nodes[nid]) == "index_map" and nodes[nid].shape != () and (
+        nid not in stored or (group is not None and nid in group.member_set))
 
 
 def _atom(i):

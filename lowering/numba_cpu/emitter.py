@@ -13,7 +13,7 @@ import math
 from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
-from ..loopnest.gathers import below, gather_expression
+from ..loopnest.gathers import below, composed, gather_expression
 from ..loopnest.schedule import Group, Single, TileBegin, TileEnd, kind, last_uses, schedule
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
@@ -268,10 +268,10 @@ class Emitter:
 
     def gather(self, node, group, idx, local=None):
         """Index map ``node`` at ``idx`` (loopnest/gathers.py): each operand read where the map
-        sends the index, one that is ``composed`` gathered in turn. In a tile loop, ``idx``
-        counts the rows of the tile: an array that holds all rows is read at the global row,
-        the row the maps keep in place when they read the tile's arrays (schedule._keeps_rows),
-        else the index is made global before it is mapped."""
+        sends the index, one that is ``composed`` gathered in turn (deciding its rows again).
+        In a tile loop, ``idx`` counts the rows of the tile: an array that holds all rows is
+        read at the global row, the row the maps keep in place when they read the tile's arrays
+        (schedule._keeps_rows), else the index is made global before it is mapped."""
         if local is None:
             local = self.tile is not None and bool(idx)
             if local and not self.reads_tile(node, group):
@@ -281,23 +281,18 @@ class Emitter:
             o = node.operands[k]
             if self.nodes[o].shape == ():
                 return f"v{o}"
-            if self.composed(o, group):  # (which decides again while rows are the tile's)
+            if composed(self.nodes, o, self.stored, group):
                 return self.gather(self.nodes[o], group, sidx, None if local else False)
             return self.at(f"v{o}", self.rows(o, sidx) if local else sidx)
         return gather_expression(node, [self.nodes[o].shape for o in node.operands],
                                  [idx] * len(node.operands), read,
                                  lambda expr, bound: below(expr, bound, self.ranges, self.splits))
 
-    def composed(self, nid, group):
-        """Whether reading node ``nid`` from an index map gathers it in turn: an index map not
-        stored, or one of ``group``, whose buffer its loop is still writing."""
-        return kind(self.nodes[nid]) == "index_map" and self.nodes[nid].shape != () and (
-            nid not in self.stored or (group is not None and nid in group.member_set))
-
     def reads_tile(self, node, group):
         """Whether gathering index map ``node`` reads an array of the tile loop."""
-        return any(self.reads_tile(self.nodes[o], group) if self.composed(o, group)
-                   else self.in_tile(o) for o in node.operands)
+        return any(self.reads_tile(self.nodes[o], group)
+                   if composed(self.nodes, o, self.stored, group) else self.in_tile(o)
+                   for o in node.operands)
 
     def single(self, nid):
         node = self.nodes[nid]

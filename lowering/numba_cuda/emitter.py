@@ -11,7 +11,7 @@ import math
 
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import ScratchPlan
-from ..loopnest.gathers import gather_expression
+from ..loopnest.gathers import composed, gather_expression
 from ..loopnest.schedule import Group, Single, kind, last_uses, schedule
 from ..loopnest.templates import literal, np_dtype, scalar_expression
 from .groups import emit_group
@@ -114,8 +114,7 @@ class Emitter:
             source = self.nodes[o]
             if source.shape == ():
                 return self.read(o, group, [])
-            if kind(source) == "index_map" and (
-                    o not in self.stored or (group is not None and o in group.member_set)):
+            if composed(self.nodes, o, self.stored, group):
                 return self.gather(source, group, sidx)
             return self.read(o, None, sidx)
         return gather_expression(node, [self.nodes[o].shape for o in node.operands],
