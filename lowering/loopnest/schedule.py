@@ -1,8 +1,8 @@
 """Scheduling: group a graph into statements for the loop-nest back ends (Numba CPU, CUDA).
 
-Elementwise nodes of one shape, the index maps that read materialised arrays (broadcast,
-transpose, slice, rev), and the reductions consuming them are fused into one loop nest (a
-``Group``); everything else is a ``Single`` statement on materialised values, placed as early
+Elementwise nodes of one shape, the index maps that read materialised arrays or other index
+maps (broadcast, transpose, slice, rev, pad, concatenate: loopnest/gathers.py), and the
+reductions consuming them are fused into one loop nest (a ``Group``); everything else is a ``Single`` statement on materialised values, placed as early
 as its inputs allow. A node joins the latest group of its shape when all its inputs are ready
 before that group runs, so fusion never reorders a dependency. A member needs a buffer only if
 something outside its group (or the graph's outputs) reads it.
