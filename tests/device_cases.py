@@ -236,10 +236,21 @@ def _mapped(x):
     return qb.transpose(joined)[1::2] * 2.0
 
 
+def _stencil_2d(u, k):
+    """A 2D Laplacian of a zero-padded grid by slices (sunk into pads by the rewriter) and a
+    periodic one by rolls along the rows: guards along the rows, which no loop split decides,
+    are selects of clamped reads (``_where``)."""
+    p = qb.pad(u, 1)
+    lap = p[2:, 1:-1] + p[:-2, 1:-1] + p[1:-1, 2:] + p[1:-1, :-2] - 4.0 * u
+    return u + k * lap + qb.roll(u, 1, axis=0) * qb.roll(u, -2, axis=0)
+
+
 def _gather_cases(rng):
     return [Case("roll-stencil", _with_gradient(_stencil),
                  _f32([rng.uniform(-1, 1, 8), rng.uniform(0.5, 1.5, 8)])),
-            Case("maps-of-maps", _with_gradient(_mapped), _f32([rng.uniform(-1, 1, (3, 4))]))]
+            Case("maps-of-maps", _with_gradient(_mapped), _f32([rng.uniform(-1, 1, (3, 4))])),
+            Case("stencil-2d", _with_gradient(_stencil_2d),
+                 _f32([rng.uniform(-1, 1, (5, 6)), rng.uniform(0.5, 1.5, (5, 6))]))]
 
 
 def cases():

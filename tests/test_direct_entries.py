@@ -138,6 +138,21 @@ def test_powers_indices_and_bool_extrema_have_numba_s_bits():
                      b1=np.zeros(8, bool))
 
 
+def test_selects_of_clamped_reads_have_numba_s_bits():
+    """``_where`` (a guard a loop segment does not decide): both values computed, one picked,
+    over floats, mixed int64 and float32 (NumPy's promotion), bools and NaN."""
+    body = f"""
+        i0 = 0
+        while i0 < {N}:
+            r0[i0] = _where(i0 >= 3, v0[(i0 - 3 if i0 >= 3 else 0)], 0.0)
+            r0[i0 + {N}] = _where(v0[i0] > 0.5, i0, w0[i0 % 5])
+            b1[i0] = _where(i0 < 7, v0[i0] != v0[i0], i0 > 15)
+            i0 += 1
+        """
+    assert_same_bits(body, v0=np.array(SPECIAL), w0=np.arange(5, dtype=np.float32),
+                     r0=np.zeros(2 * N), b1=np.zeros(N, bool))
+
+
 def test_integer_division_by_a_constant_has_numba_s_bits():
     """``//`` and ``%`` of int64s by positive constants (a pad's interior), negative
     dividends included: Python's floor and the divisor's sign."""

@@ -161,12 +161,17 @@ def test_guarded_reads_translate_without_numba():
 
 def test_a_stencil_loop_is_split_where_its_guards_change():
     """The roll stencil's loop runs as three loops, the first and last index and the middle,
-    none with a guard; eleven pieces along one axis would need too many: guards stay."""
+    none with a guard; eleven pieces along one axis would need too many: guards stay, as
+    selects of clamped reads."""
     fn, args = PROGRAMS["roll-stencil"]
     graph = qb.jit(_with_gradient(fn)).lower(*[qb.array(a) for a in args]).graph
     (source,) = module_source(graph)[0]
-    assert " if " not in source
+    assert " if " not in source and "_where(" not in source
     assert source.count("    i0 = 1\n    while i0 < 8:") == 2  # the middles, forward and back
     fn, args = PROGRAMS["stack-eleven"]
     graph = qb.jit(fn).lower(*[qb.array(a) for a in args]).graph
-    assert any(" if " in s for s in module_source(graph)[0])
+    assert any("_where(" in s for s in module_source(graph)[0])
+    fn, args = PROGRAMS["roll-2d-both-axes"]  # the rows' guards: selects, the columns split
+    graph = qb.jit(_with_gradient(fn)).lower(*[qb.array(a) for a in args]).graph
+    source = "".join(module_source(graph)[0])
+    assert "_where(i0 < " in source and "_where(i1" not in source

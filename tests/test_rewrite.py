@@ -214,6 +214,47 @@ def test_elementwise_op_of_broadcasts_runs_on_the_small_shape():
     _same_values(traced_graph(f, X), graph)
 
 
+def _pad(x, low, high):
+    return qb.ops.bind("pad", x, low=tuple(low), high=tuple(high), interior=(0,) * len(low))
+
+
+@pytest.mark.parametrize("name, f, ops", [
+    # a 5-point stencil of a padded grid: every slice of the pad is a pad (shift) of the grid
+    ("stencil", lambda u: (lambda p: p[2:, 1:-1] + p[:-2, 1:-1] + p[1:-1, 2:] + p[1:-1, :-2])(
+        qb.pad(u, 1)), {"pad": 4, "add": 3}),
+    # its transpose: the sum of four pads, sliced, becomes four shifted reads
+    ("sum-of-pads", lambda u: (_pad(u, (2, 0), (0, 0)) + _pad(u, (1, 0), (1, 0)))[1:-1, 1:-1],
+     {"pad": 1, "slice": 1, "add": 1}),
+    ("crop", lambda u: _pad(u, (1, 1), (1, 1))[2:5, 1:3], {"slice": 1}),
+    ("zeros", lambda u: _pad(u, (0, 0), (4, 0))[6:9, :], {"broadcast_in_dim": 1}),
+    ("slice-of-slice", lambda u: u[1:, ::2][1:, 1:], {"slice": 1}),
+    ("through-ops", lambda u: qb.sin(u * 2.0 - qb.exp(u))[1:3, ::2], {"slice": 1}),
+])
+def test_slices_are_taken_before_what_they_slice(name, f, ops):
+    """A slice of a pad is a pad with its widths cut (a slice where it crops, zeros where it
+    reads only padding), a slice of a slice one slice, and a slice of an elementwise op that
+    nothing else reads is the op on slices: no padded or whole intermediate is computed."""
+    u = np.random.default_rng(2).uniform(-1, 1, (6, 5))
+    graph = _simplified(f, u)
+    counts = op_counts(graph)
+    assert all(counts.get(op, 0) == n for op, n in ops.items()), counts
+    assert all(n.shape in ((), (6, 5)) or n.op in ("pad", "slice") or math.prod(n.shape) < 30
+               for n in graph.nodes), graph.as_text()
+    _same_values(traced_graph(f, u), graph)
+    assert_clean(graph)
+
+
+def test_a_slice_of_an_op_read_twice_stays():
+    """Sunk, the op would be computed twice (sliced and whole)."""
+    def f(u):
+        s = qb.sin(u)
+        return s[1:], s * 2.0
+    graph = _simplified(f, np.ones(5))
+    assert op_counts(graph)["sin"] == 1 and graph.nodes[
+        [n.op for n in graph.nodes].index("slice")].operands[0] == [
+        n.op for n in graph.nodes].index("sin")
+
+
 # -- CSE, folding, DCE ----------------------------------------------------------------------------
 
 def test_cse_merges_duplicates():

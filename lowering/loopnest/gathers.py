@@ -5,9 +5,11 @@ by the loop-nest back ends, whose emitters only say how one operand's element is
 index. ``pad`` reads its operand where the output index falls on it and is zero elsewhere;
 ``concatenate`` reads the operand whose range along the axis holds the index, chosen by
 comparisons arranged as a balanced tree (log2 of the operand count per element). Both are
-branches in the loop that reads them, as XLA's fused loops have, instead of copies into a
+guarded reads in the loop that reads them, as XLA's fused loops have, instead of copies into a
 buffer of their own: a ``roll`` (two slices and a concatenate) and its transpose (pads) cost
-no pass over memory of their own.
+no pass over memory of their own. A guard the loop's segment does not decide (``below``) is a
+select, ``_where(guard, value, other)``, of a read whose index is clamped into its operand:
+both sides are computed, no branch, so the loop still vectorises (a 2D stencil's rows).
 """
 
 import functools
@@ -78,10 +80,11 @@ def _affine(i, start, stride):
 def _pad(node, shape, idx, read, params, below):
     """The operand where the index lands on one of its elements (``low`` of them ahead of it,
     ``interior`` between its elements; negative widths crop), else zero."""
-    conditions, sidx = [], []
+    conditions, sidx, interior = [], [], False
     for i, n, extent, low, gap in zip(idx, shape, node.shape, params["low"],
                                       params["interior"]):
         step = gap + 1
+        guards = []
         last = low + (n - 1) * step  # where the operand's last element lands
         # (whether the guard is needed, the answer of ``below`` that passes it, the guard)
         for needed, passes, bound, guard in ((low > 0, False, low, f"{i} >= {low}"),
@@ -90,6 +93,7 @@ def _pad(node, shape, idx, read, params, below):
             known = below(i, bound) if needed else passes
             if known is None:
                 conditions.append(guard)
+                guards.append((guard, 0 if passes is False else n - 1))
             elif known is not passes:
                 return literal(0, node.dtype.name)  # off the operand on this whole segment
         offset = i if low == 0 else f"{i} - {low}" if low > 0 else f"{i} + {-low}"
@@ -97,24 +101,36 @@ def _pad(node, shape, idx, read, params, below):
             offset = _atom(offset)
             conditions.append(f"{offset} % {step} == 0")
             offset = f"{offset} // {step}"
+            interior = True
+        elif guards:
+            # clamped into the operand: read unconditionally, then picked (branch-free)
+            for guard, edge in guards:
+                offset = f"({offset} if {guard} else {edge})"
         sidx.append(offset)
     value = read(0, sidx)
     if not conditions:
         return value
+    if not interior:
+        return f"_where({' and '.join(conditions)}, {value}, {literal(0, node.dtype.name)})"
     return f"({value} if {' and '.join(conditions)} else {literal(0, node.dtype.name)})"
 
 
 def _concatenate(node, shapes, idxs, read, axis, below):
     """The operand whose range along ``axis`` holds the index, by a balanced tree of
-    comparisons."""
+    comparisons (each a select of two reads clamped into their operands)."""
     starts = [0]
     for shape in shapes:
         starts.append(starts[-1] + shape[axis])
 
     def piece(k):
         sidx = list(idxs[k])
-        if starts[k]:
-            sidx[axis] = f"{sidx[axis]} - {starts[k]}"
+        i = sidx[axis]
+        offset = f"{i} - {starts[k]}" if starts[k] else i
+        if k > 0 and below(i, starts[k]) is not False:
+            offset = f"({offset} if {i} >= {starts[k]} else 0)"
+        if k < len(shapes) - 1 and below(i, starts[k + 1]) is not True:
+            offset = f"({offset} if {i} < {starts[k + 1]} else {shapes[k][axis] - 1})"
+        sidx[axis] = offset
         return read(k, sidx)
 
     def choose(lo, hi):
@@ -124,7 +140,7 @@ def _concatenate(node, shapes, idxs, read, axis, below):
         first = below(idxs[0][axis], starts[mid])
         if first is not None:
             return choose(lo, mid) if first else choose(mid, hi)
-        return f"({choose(lo, mid)} if {idxs[0][axis]} < {starts[mid]} else {choose(mid, hi)})"
+        return f"_where({idxs[0][axis]} < {starts[mid]}, {choose(lo, mid)}, {choose(mid, hi)})"
     return choose(0, len(shapes))
 
 

@@ -388,6 +388,11 @@ class _Function:
             raise Unsupported(f"_clamp_index of {kind}")
         return sir.clamp_index(self.b, value, self.index(n)), "i64"
 
+    def c_where(self, test, x, y):
+        condition = self.truth(*self.expr(test))
+        (a, c), kind = self.unified((x, y), _NUMBERS + ("bool",))
+        return self.b.select(condition, a, c), kind
+
     def c_max(self, x, y):
         (a, c), kind = self.unified((x, y), _FLOATS + ("bool",))
         return sir.pick_extremum(self.b, ">", a, c), kind

@@ -76,6 +76,21 @@ _min = _extremum("_min", "<")
 
 
 @intrinsic
+def _where(typingctx, test, x, y):
+    """``x if test else y`` with both already computed: a select, no branch (a guarded read
+    whose index is clamped into its array, so a loop over it vectorises)."""
+    out = typingctx.unify_pairs(x, y)
+    if not isinstance(out, (types.Number, types.Boolean)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        condition = context.cast(builder, args[0], sig.args[0], types.boolean)
+        a, b = (context.cast(builder, v, t, out) for v, t in zip(args[1:], sig.args[1:]))
+        return builder.select(condition, a, b)
+    return out(test, x, y), codegen
+
+
+@intrinsic
 def _tanh(typingctx, x):
     """tanh of a float64 or float32 (scalar_ir.tanh)."""
     if x not in (types.float64, types.float32):

@@ -15,7 +15,7 @@ from quabla.core.rules.elementwise import power_by_squaring
 from .. import matrix_kernels
 
 __all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
-           "_integer_pow", "_pow", "_max", "_min", "_cast_float64", "_cast_float32",
+           "_integer_pow", "_pow", "_max", "_min", "_where", "_cast_float64", "_cast_float32",
            "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve", "_sort",
            "_slogdet", "_eigh", "_svd", "_qr"]
 
@@ -69,6 +69,12 @@ def _tanh(x):
 
 
 _power_by_squaring = _device(power_by_squaring)
+
+
+@_device
+def _where(test, x, y):
+    """``x if test else y``, both computed (a guarded read whose index is clamped)."""
+    return x if test else y
 
 
 @_device

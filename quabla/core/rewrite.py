@@ -7,6 +7,7 @@ is only ever created in canonical form, merges regions that share their operands
 (``REGION_RULES``), then drops what the outputs do not need, inside regions too.
 """
 
+import collections
 import math
 
 import numpy as np
@@ -61,6 +62,7 @@ class _Sweep:
     def __init__(self):
         self.b = GraphBuilder()
         self.table = {}
+        self.readers = collections.Counter()  # new node -> how many of the swept graph read it
 
     def node(self, i):
         return self.b.nodes[i]
@@ -111,6 +113,8 @@ class _Sweep:
 
 def _sweep(graph):
     s = _Sweep()
+    reads = collections.Counter(o for node in graph.nodes for o in node.operands)
+    reads.update(graph.outputs)
     remap = {}
     for nid, node in enumerate(graph.nodes):
         if node.op == "input":
@@ -121,6 +125,7 @@ def _sweep(graph):
             remap[nid] = s.const(node.kw["value"], node.dtype, node.weak)
             continue
         remap[nid] = _rewrite(s, node, tuple([remap[o] for o in node.operands]))
+        s.readers[remap[nid]] += reads[nid]
     return s.b.build([remap[o] for o in graph.outputs])
 
 
@@ -216,6 +221,8 @@ def _identity(s, op, operands, node):
         if len(operands) == 1 and _same_aval(s, operands[0], node) and (
                 op != "pad" or not any(kw["low"] + kw["interior"])):
             return operands[0]  # nothing padded, one operand, everything sliced
+        if op == "slice":
+            return _sink_slice(s, operands[0], node, kw)
     elif op == "broadcast_in_dim":
         x = operands[0]
         inner = s.node(x)
@@ -233,6 +240,66 @@ def _identity(s, op, operands, node):
     elif op == "dot_general":
         return (_single_term_product(s, operands, node, kw["dimension_numbers"])
                 or _fold_transposes(s, operands, node, kw["dimension_numbers"]))
+    return None
+
+
+def _sink_slice(s, x, node, kw):
+    """A slice taken before what it slices is computed: of a slice, one slice; of a broadcast,
+    a broadcast of a slice of its operand (none of a scalar); of a pad, the
+    pad with its widths cut (negative where it crops: zeros where it reads only padding, a
+    slice where it reads none); of an elementwise op read by nothing else, the op on slices
+    of its operands. A stencil's gradient, ``slice(pad(a) + pad(b))``, then reads ``a`` and
+    ``b`` in place instead of writing the padded sum first."""
+    start, limit, stride = kw["start_indices"], kw["limit_indices"], kw["strides"]
+    inner = s.node(x)
+    if inner.op == "slice":
+        first, step = inner.kw["start_indices"], inner.kw["strides"]
+        begin = tuple(a + b * c for a, b, c in zip(first, start, step))
+        steps = tuple(a * b for a, b in zip(step, stride))
+        end = tuple(b + (n - 1) * st + 1 for b, n, st in zip(begin, node.shape, steps))
+        return s.rewrite("slice", inner.operands, (("limit_indices", end), ("start_indices", begin),
+                                                   ("strides", steps)),
+                         node.shape, node.dtype, node.weak)
+    if inner.op == "broadcast_in_dim":
+        source = s.node(inner.operands[0])
+        dims = inner.kw["broadcast_dimensions"]
+        keep = [source.shape[j] == 1 for j in range(len(dims))]
+        y = inner.operands[0]
+        if not all(keep):
+            begin = tuple(0 if k else start[d] for k, d in zip(keep, dims))
+            steps = tuple(1 if k else stride[d] for k, d in zip(keep, dims))
+            shape = tuple(1 if k else node.shape[d] for k, d in zip(keep, dims))
+            end = tuple(b + (n - 1) * st + 1 for b, n, st in zip(begin, shape, steps))
+            y = s.rewrite("slice", (y,), (("limit_indices", end), ("start_indices", begin),
+                                          ("strides", steps)), shape, source.dtype, source.weak)
+        return s.rewrite("broadcast_in_dim", (y,), (("broadcast_dimensions", dims),
+                                                    ("shape", node.shape)),
+                         node.shape, node.dtype, node.weak)
+    if inner.op == "pad" and not any(inner.kw["interior"]) and set(stride) == {1}:
+        source = s.node(inner.operands[0]).shape
+        low = tuple(lo - b for lo, b in zip(inner.kw["low"], start))
+        high = tuple(n - lo - m for n, lo, m in zip(node.shape, low, source))
+        if any(lo >= n or -lo >= m for lo, n, m in zip(low, node.shape, source)):
+            zero = s.constant(np.zeros((), node.dtype.numpy), node.dtype, node.weak)
+            return s.rewrite("broadcast_in_dim", (zero,), (("broadcast_dimensions", ()),
+                                                          ("shape", node.shape)),
+                             node.shape, node.dtype, node.weak)
+        if max(low + high) <= 0:
+            begin = tuple(-lo for lo in low)
+            end = tuple(b + n for b, n in zip(begin, node.shape))
+            return s.rewrite("slice", inner.operands, (("limit_indices", end),
+                                                       ("start_indices", begin),
+                                                       ("strides", stride)),
+                             node.shape, node.dtype, node.weak)
+        return s.rewrite("pad", inner.operands, (("high", high), ("interior", inner.kw["interior"]),
+                                                 ("low", low)),
+                         node.shape, node.dtype, node.weak)
+    prim = PRIMITIVES.get(inner.op)
+    if (prim is not None and prim.kind == "elementwise" and s.readers[x] == 1
+            and all(s.node(o).shape == inner.shape for o in inner.operands)):
+        sliced = tuple(s.rewrite("slice", (o,), node.params, node.shape, s.node(o).dtype,
+                                 s.node(o).weak) for o in inner.operands)
+        return s.rewrite(inner.op, sliced, inner.params, node.shape, inner.dtype, inner.weak)
     return None
 
 
