@@ -176,10 +176,11 @@ def blas_symbols():
 
 
 # SciPy's LAPACK (``cython_lapack``): the float64 decompositions the CPU back end calls for
-# larger matrices when SciPy is installed (numba_cpu/lapack.py); empty without SciPy
+# larger matrices when SciPy is installed (numba_cpu/lapack.py; dpotrf straight from generated
+# code, as dgemm); empty without SciPy
 _lapack = None
 _LAPACK_MODULE = "scipy.linalg.cython_lapack"
-LAPACK_ROUTINES = ("dsyevd", "dgesdd", "dgetrf", "dgetrs")
+LAPACK_ROUTINES = ("dsyevd", "dgesdd", "dgetrf", "dgetrs", "dpotrf")
 
 
 def lapack_symbols():

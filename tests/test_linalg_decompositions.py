@@ -403,3 +403,31 @@ def test_the_lapack_path_matches_the_interpreter():
                      err_msg=str(k))
     assert_close(np64(got[0])[1], [0.0, -np.inf], atol=0)
     assert np.isnan(np64(got[1])[2]).all() and np.isnan(np64(got[4])[2]).all()
+
+
+def test_cholesky_of_larger_matrices_calls_lapack_and_matches_the_interpreter():
+    """From LAPACK_MIN rows on, the factor is LAPACK's ``dpotrf`` on a float64 copy (called
+    from the part itself): the interpreter's values, NaN for a matrix that is not positive
+    definite (and one holding a NaN), float32 and stacks, with its gradient; the loops below."""
+    pytest.importorskip("scipy")
+    from lowering.numba_cpu.lapack import LAPACK_MIN, lapack_available
+
+    assert lapack_available()
+    rng = np.random.default_rng(3)
+    for n in (LAPACK_MIN, 2 * LAPACK_MIN + 3, LAPACK_MIN - 1):
+        m = rng.standard_normal((4, n, n))
+        spd = m @ np.swapaxes(m, -1, -2) + n * np.eye(n)
+        spd[1, 2, 2] = -50.0  # not positive definite
+        spd[2, 0, 1] = spd[2, 1, 0] = np.nan
+        fn = lambda a: (qb.cholesky(a), qb.grad(lambda a: qb.sum(qb.cholesky(a)[3] ** 3))(a))  # noqa: E731
+        assert ("_potrf(" in qb.jit(fn).lower(qb.array(spd)).source) == (n >= LAPACK_MIN)
+        for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
+            args = [qb.array(spd.astype(dtype))]
+            got = qb.jit(fn)(*args)
+            expected = _interpreted(fn, *args)
+            for value, reference in zip(got, expected):
+                assert np.asarray(value).dtype == dtype
+                assert_close(np64(value)[[0, 3]], np64(reference)[[0, 3]], rtol=tol, atol=tol)
+            low = np64(got[0])
+            assert np.isnan(low[1]).all() and np.isnan(low[2]).all()
+            assert (np.triu(low[0], 1) == 0).all()

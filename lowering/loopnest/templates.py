@@ -15,15 +15,19 @@ def operand_names(op):
     return _OPERAND_NAMES.get(op) or tuple(PRIMITIVES[op].spec["operands"])
 
 
-def scalar_expression(node, args):
-    """``node``'s scalar template with the operand expressions ``args`` and its params."""
+def scalar_expression(node, args, serial=False):
+    """``node``'s scalar template with the operand expressions ``args`` and its params; its
+    ``serial`` one if it has one and the loop runs element by element (``serial``: a
+    reduction along its innermost axis: a vectorisable body is slower than libm's there)."""
     params = dict(node.params)
     fields = dict(zip(operand_names(node.op), args))
     if node.op == "cast":
         fields["dtype"] = params["dtype"].name
     else:
         fields.update(params)
-    return PRIMITIVES[node.op].scalar.format(**fields)
+    prim = PRIMITIVES[node.op]
+    template = (prim.spec or {}).get("serial") if serial else None
+    return (template or prim.scalar).format(**fields)
 
 
 def literal(value, dtype):

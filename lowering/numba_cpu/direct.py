@@ -472,6 +472,12 @@ class _Function:
                  *(self.index(v) for v in (n, m, lower, transpose)))
         return None, "none"
 
+    def c_potrf(self, a, n):
+        pointer, element = self.pointer(a)
+        if element != "f64":
+            raise Unsupported("_potrf")
+        return sir.potrf(self.b, "quabla_dpotrf", pointer, self.index(n)), "i64"
+
     def kernel_call(self, symbol, element, args):
         pointers = [self.pointer(p) for p in args[:4]]
         if any(e != element for _, e in pointers):

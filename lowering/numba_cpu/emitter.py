@@ -310,7 +310,7 @@ class Emitter:
                 self.constants.append(value)
             return
         if node.shape == () and PRIMITIVES[op].elementwise:
-            self.assign(out, scalar_expression(node, args))
+            self.assign(out, scalar_expression(node, args, serial=True))  # one element
             return
         LOWERINGS[op](self, node, out, args, **params)
         self.export(nid)

@@ -315,15 +315,34 @@ def _next(e, var, depth):
 
 
 def cholesky(e, node, out, args):
-    """The lower Cholesky factor of each matrix, written out as loops (so the part needs no
-    kernel compiled by Numba): ``matrix_kernels.cholesky``'s algorithm and order of operations
-    (Cholesky-Banachiewicz in float64), all NaN where a pivot is not positive."""
+    """The lower Cholesky factor of each matrix, all NaN where a pivot is not positive: from
+    ``LAPACK_MIN`` rows on where SciPy is installed, LAPACK's blocked ``dpotrf`` on a float64
+    copy (called from the part, as BLAS is: ~5x faster at 80 rows than the loops); else
+    written out as loops (so the part needs no kernel compiled by Numba),
+    ``matrix_kernels.cholesky``'s algorithm and order of operations (Cholesky-Banachiewicz in
+    float64)."""
     n = node.shape[-1]
     e.alloc(out, node.shape, node.dtype, result=node_id(out))
     low = f"t{out}low"
     e.alloc(low, (n, n), FLOAT64)
     a, i, j, k, s, bad = args[0], *(f"{out}{x}" for x in ("i", "j", "k", "s", "bad"))
     e.loop("b", math.prod(node.shape) // (n * n))
+    if n >= LAPACK_MIN and lapack_available():
+        if e.nodes[node.operands[0]].dtype.name == "float64":
+            e.emit(f"_copy({low}, _offset({a}, b * {n * n}), {n * n})", 2)
+        else:
+            e.loop(f"{out}c", n * n, 2)
+            e.emit(f"{low}[{out}c] = np.float64({a}[b * {n * n} + {out}c])", 3)
+        e.assign(bad, f"_potrf({low}, {n}) != 0", 2)
+        e.loop(i, n, 2)  # a NaN read reaches the diagonal, which LAPACK may not test
+        e.emit(Block(f"if not {low}[{i} * {n + 1}] > 0.0:"), 3)
+        e.assign(bad, "True", 4)
+        # the strict upper triangle still holds the matrix's
+        _counted(e, j, f"{j} < {n}", 3, start=f"{i} + 1")
+        e.emit(f"{low}[{i} * {n} + {j}] = 0.0", 4)
+        _next(e, j, 4)
+        _result_or_nan(e, out, low, bad, n * n)
+        return
     e.emit(f"_zero({low}, {n * n})", 2)
     e.assign(bad, "False", 2)
     _counted(e, i, f"{i} < {n}", 2)

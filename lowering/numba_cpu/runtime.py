@@ -11,7 +11,7 @@ from numba.extending import intrinsic
 
 from quabla.core import special_functions as _special
 
-from ..native import blas_symbols
+from ..native import blas_symbols, lapack_symbols
 from . import scalar_ir as _ir
 from .target import kernel as _kernel
 
@@ -271,6 +271,22 @@ def _gemm(typingctx, a, b, out, m, k, n, ta, tb):
         return context.get_dummy_value()
 
     return types.none(a, b, out, m, k, n, ta, tb), codegen
+
+
+@intrinsic
+def _potrf(typingctx, a, n):
+    """LAPACK's ``dpotrf`` on the n x n float64 matrix at the typed pointer ``a``, in place:
+    its lower triangle becomes the Cholesky factor; LAPACK's ``info`` (scalar_ir.potrf)."""
+    if not (isinstance(a, types.CPointer) and a.dtype == types.float64
+            and isinstance(n, types.Integer)):
+        return None
+    symbol = "quabla_dpotrf"
+    llvm_binding.add_symbol(symbol, lapack_symbols()[symbol])
+
+    def codegen(context, builder, sig, args):
+        return _ir.potrf(builder, symbol, args[0], *_sizes(context, builder, sig, args, 1))
+
+    return types.int64(a, n), codegen
 
 
 @intrinsic

@@ -14,7 +14,7 @@ from quabla.core.rules.elementwise import power_by_squaring
 
 from .. import matrix_kernels
 
-__all__ = ["_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
+__all__ = ["_exp", "_log", "_log1p", "_sqrt", "_sign", "_logistic", "_relu", "_softplus", "_tanh",
            "_integer_pow", "_pow", "_max", "_min", "_where", "_cast_float64", "_cast_float32",
            "_cast_bool", "_f32", "_row", "_solve", "_cholesky", "_triangular_solve", "_sort",
            "_slogdet", "_eigh", "_svd", "_qr"]
@@ -26,6 +26,11 @@ _device = cuda.jit(device=True, inline=True)
 def _f32(x):
     """A helper's result rounded back to float32 (helpers compute with float64 literals)."""
     return numba.float32(x)
+
+
+@_device
+def _exp(x):
+    return math.exp(x)
 
 
 @_device
