@@ -55,6 +55,15 @@ def pure_function(module, kind, name):
     return fn
 
 
+def _internal(module, name):
+    """A float64 function of one float64, internal to ``module`` and always inlined."""
+    fn = ir.Function(module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    return fn
+
+
 def libm_call(builder, name, x):
     """libm's ``name`` of ``x`` (``namef`` for a float32), as Numba lowers math.sqrt, log1p."""
     suffix = "f" if isinstance(x.type, ir.FloatType) else ""
@@ -75,14 +84,34 @@ def _logarithm(builder, x, pole, value):
                                          double(-math.inf), double(math.nan)))
 
 
-def _log(builder, x):
-    """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``"""
+def _libm_log(builder, x):
+    """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``: libm's call, the
+    faster in a loop that runs element by element (``serial`` in elementwise.yaml)"""
     return _logarithm(builder, x, 0.0, intrinsic_call(builder, "llvm.log", x))
 
 
-def _log1p(builder, x):
-    """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``"""
+def _log(builder, x):
+    """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``, vectorisable
+    (``_log_function``, in float64)"""
+    return _logarithm(builder, x, 0.0, builder.call(_log_function(builder.module),
+                                                    [widened(builder, x)]))
+
+
+def _libm_log1p(builder, x):
+    """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``: libm's call (the
+    faster element by element: ``serial``)"""
     return _logarithm(builder, x, -1.0, libm_call(builder, "log1p", x))
+
+
+def _log1p(builder, x):
+    """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``, vectorisable
+    (``_log1p_value``, in float64)"""
+    return _logarithm(builder, x, -1.0, _log1p_value(builder, widened(builder, x)))
+
+
+def _log1p_value(builder, x):
+    """log1p of a float64 x > -1 (``_log1p_function``)."""
+    return builder.call(_log1p_function(builder.module), [x])
 
 
 def _log2(builder, x):
@@ -173,16 +202,13 @@ _EXP_UNDERFLOW = -7.45133219101941108420e+02
 
 
 def _exp_function(module):
-    """The float64 ``exp`` of ``module`` (defined on first use), within 1 ulp: ``_exp_polynomial``
-    on x clamped to [-746, 710], scaled by 2**k in two halves (each a
+    """The float64 ``exp`` of ``module`` (defined on first use), within 1 ulp:
+    ``_exp_polynomial`` on x clamped to [-746, 710], scaled by 2**k in two halves (each a
     normal power of two, so a subnormal result is rounded once, by the last multiply), inf
     above the overflow threshold, 0 below the underflow one, NaN kept; every choice a select."""
     if _EXP in module.globals:
         return module.globals[_EXP]
-    fn = ir.Function(module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]), _EXP)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    fn.attributes.add("nounwind")
+    fn = _internal(module, _EXP)
     b, c = ir.IRBuilder(fn.append_basic_block()), double
     (x,) = fn.args
     clamped = b.select(b.fcmp_ordered(">", x, c(710.0)), c(710.0),
@@ -193,6 +219,86 @@ def _exp_function(module):
     res = b.select(b.fcmp_ordered(">", x, c(_EXP_OVERFLOW)), c(math.inf), res)
     res = b.select(b.fcmp_ordered("<", x, c(_EXP_UNDERFLOW)), c(0.0), res)
     b.ret(b.select(b.fcmp_ordered("==", x, x), res, x))  # NaN: x itself
+    return fn
+
+
+# -- log: fdlibm's, as exp above (a select for every case, no call) --
+
+_LOG, _LOG1P = "quabla.log", "quabla.log1p"
+_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+       2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+       1.479819860511658591e-01)
+
+
+def _log_reduction(b, x):
+    """``(k, f)`` with x = 2**k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), for a float64 x > 0
+    (a subnormal scaled by 2**54 first; f exact), from x's bits."""
+    c = double
+    tiny = b.fcmp_ordered("<", x, c(2.2250738585072014e-308))
+    scaled = b.select(tiny, b.fmul(x, c(2.0 ** 54)), x)
+    bits = b.bitcast(scaled, I64)
+    k = b.sub(b.lshr(bits, ir.Constant(I64, 52)),
+              b.select(tiny, ir.Constant(I64, 1023 + 54), ir.Constant(I64, 1023)))
+    m = b.bitcast(b.or_(b.and_(bits, ir.Constant(I64, (1 << 52) - 1)),
+                        ir.Constant(I64, 1023 << 52)), ir.DoubleType())
+    high = b.fcmp_ordered(">", m, c(math.sqrt(2.0)))
+    return b.add(k, b.zext(high, I64)), b.fsub(b.select(high, b.fmul(m, c(0.5)), m), c(1.0))
+
+
+def _log_core(b, k, f, correction):
+    """k ln2 + log(1 + f) + ``correction`` (a rounding error of 1 + f, relative), by fdlibm's
+    s = f / (2 + f) and polynomial in s**2, within 1 ulp."""
+    c = double
+    s = b.fdiv(f, b.fadd(c(2.0), f))
+    z = b.fmul(s, s)
+    w = b.fmul(z, z)
+    t1 = b.fmul(w, b.fadd(c(_LG[1]), b.fmul(w, b.fadd(c(_LG[3]), b.fmul(w, c(_LG[5]))))))
+    t2 = b.fmul(z, b.fadd(c(_LG[0]), b.fmul(w, b.fadd(c(_LG[2]), b.fmul(w, b.fadd(
+        c(_LG[4]), b.fmul(w, c(_LG[6]))))))))
+    r = b.fadd(t2, t1)
+    hfsq = b.fmul(b.fmul(c(0.5), f), f)
+    kf = b.sitofp(k, ir.DoubleType())
+    low = b.fadd(b.fmul(kf, c(1.90821492927058770002e-10)), correction)
+    return b.fsub(b.fmul(kf, c(6.93147180369123816490e-01)),
+                  b.fsub(b.fsub(hfsq, b.fadd(b.fmul(s, b.fadd(hfsq, r)), low)), f))
+
+
+def _log_function(module):
+    """The float64 ``log`` of ``module`` for x > 0 (defined on first use), within 1 ulp
+    (``_log_reduction``, ``_log_core``); inf for inf. What it gives elsewhere (x <= 0, NaN)
+    its caller replaces (``_logarithm``)."""
+    if _LOG in module.globals:
+        return module.globals[_LOG]
+    fn = _internal(module, _LOG)
+    b, c = ir.IRBuilder(fn.append_basic_block()), double
+    (x,) = fn.args
+    usable = b.and_(b.fcmp_ordered(">", x, c(0.0)), b.fcmp_ordered("<", x, c(math.inf)))
+    k, f = _log_reduction(b, b.select(usable, x, c(1.0)))
+    res = _log_core(b, k, f, c(0.0))
+    b.ret(b.select(b.fcmp_ordered("==", x, c(math.inf)), c(math.inf), res))
+    return fn
+
+
+def _log1p_function(module):
+    """The float64 ``log1p`` of ``module`` for x > -1 (defined on first use), within 1 ulp
+    (fdlibm's): u = 1 + x reduced as log's, f taken as x itself where u is in [sqrt(2)/2,
+    sqrt(2)) (k = 0), else the rounding of u corrected by (x - (u - 1)) / u; inf for inf."""
+    if _LOG1P in module.globals:
+        return module.globals[_LOG1P]
+    fn = _internal(module, _LOG1P)
+    b, c = ir.IRBuilder(fn.append_basic_block()), double
+    (x,) = fn.args
+    usable = b.and_(b.fcmp_ordered(">", x, c(-1.0)), b.fcmp_ordered("<", x, c(math.inf)))
+    x1 = b.select(usable, x, c(0.0))
+    u = b.fadd(c(1.0), x1)
+    k, f = _log_reduction(b, u)
+    zero = b.icmp_signed("==", k, ir.Constant(I64, 0))
+    above = b.icmp_signed(">", k, ir.Constant(I64, 0))
+    error = b.select(above, b.fsub(c(1.0), b.fsub(u, x1)), b.fsub(x1, b.fsub(u, c(1.0))))
+    correction = b.select(zero, c(0.0), b.fdiv(error, u))
+    res = _log_core(b, k, b.select(zero, x1, f), correction)
+    res = b.select(b.fcmp_ordered("==", x, c(0.0)), x, res)  # -0.0 kept
+    b.ret(b.select(b.fcmp_ordered("==", x, c(math.inf)), c(math.inf), res))
     return fn
 
 
@@ -219,12 +325,21 @@ def _relu(builder, x):
     return builder.select(builder.fcmp_unordered("!=", x, x), x, _positive_part(builder, x))
 
 
-def _softplus(builder, x):
-    """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))`` (libm's log1p is a
-    call per element, so the loop does not vectorise: libm's exp is the faster there)"""
+def _libm_softplus(builder, x):
+    """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))`` by libm's calls (the
+    faster element by element: ``serial``)"""
     magnitude = intrinsic_call(builder, "llvm.fabs", x)
     e = intrinsic_call(builder, "llvm.exp", negated(builder, magnitude))
     return builder.fadd(libm_call(builder, "log1p", e), _positive_part(builder, x))
+
+
+def _softplus(builder, x):
+    """``log1p(exp(-abs(x))) + (x if x > 0 else 0)`` in float64, vectorisable (``_exp``,
+    ``_log1p_value``)."""
+    wide = widened(builder, x)
+    e = _exp(builder, negated(builder, intrinsic_call(builder, "llvm.fabs", wide)))
+    out = builder.fadd(_log1p_value(builder, e), _positive_part(builder, wide))
+    return builder.select(builder.fcmp_ordered("==", wide, wide), out, wide)  # NaN kept
 
 
 def _floor(builder, x):
@@ -268,10 +383,11 @@ def _xlog1py(builder, x, y):
 
 # generated code's name of each helper of one float -> its builder (its caller converts an
 # integer argument to a float64, and rounds the result to the argument's type)
-FLOAT_HELPERS = {"_exp": _exp, "_log": _log, "_log1p": _log1p, "_log2": _log2, "_log10": _log10,
+FLOAT_HELPERS = {"_exp": _exp, "_log": _log, "_log1p": _log1p, "_softplus": _softplus,
+                 "_libm_log": _libm_log, "_libm_log1p": _libm_log1p,
+                 "_libm_softplus": _libm_softplus, "_log2": _log2, "_log10": _log10,
                  "_sqrt": _sqrt, "_sign": _sign, "_logistic": _logistic, "_relu": _relu,
-                 "_softplus": _softplus, "_floor": _floor, "_ceil": _ceil, "_round": _round,
-                 "_cbrt": _cbrt}
+                 "_floor": _floor, "_ceil": _ceil, "_round": _round, "_cbrt": _cbrt}
 # ... and of two floats (unified to one type first)
 PAIR_HELPERS = {"_xlogy": _xlogy, "_xlog1py": _xlog1py}
 
@@ -327,10 +443,7 @@ def _tanh_function(module):
     sides share one division, and every choice is a select, so a loop around it vectorises."""
     if _TANH in module.globals:
         return module.globals[_TANH]
-    fn = ir.Function(module, ir.FunctionType(ir.DoubleType(), [ir.DoubleType()]), _TANH)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    fn.attributes.add("nounwind")
+    fn = _internal(module, _TANH)
     b, c = ir.IRBuilder(fn.append_basic_block()), double
     (x,) = fn.args
     ax = intrinsic_call(b, "llvm.fabs", x)
