@@ -473,10 +473,49 @@ def burgers_upwind(L):
     return L.jit(L.value_and_grad(L.edited(energy))), (L.array([0.3, -0.2, 0.1, 0.05]),)
 
 
+# Added in session 23, written before anything was measured on them: a sine-activated PINN
+# (SIREN's spelling) and a generalised linear model's likelihood (log, softplus, a sum).
+
+def siren_helmholtz(L):
+    """1D Helmholtz PINN u'' + k^2 u = f with sine activations (x -> 32 -> 32 -> 1, the first
+    layer scaled by 6 as SIREN writes it), u'' by grad(grad(u)) under vmap, 400 points."""
+    params = _mlp(L, [1, 32, 32, 1])
+    xs = L.array(_rng().uniform(-1.0, 1.0, 400))
+
+    def u(p, x):
+        h = L.np.sin(6.0 * (L.np.reshape(x, (1,)) @ p[0][0] + p[0][1]))
+        h = L.np.sin(h @ p[1][0] + p[1][1])
+        return (h @ p[2][0] + p[2][1])[0]
+
+    def loss(p, xs):
+        uxx = L.vmap(L.grad(L.grad(u, 1), 1), in_axes=(None, 0))(p, xs)
+        uu = L.vmap(u, in_axes=(None, 0))(p, xs)
+        return L.np.mean((uxx + 4.0 * uu - L.np.sin(2.0 * xs)) ** 2)
+
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, xs)
+
+
+def poisson_glm(L):
+    """Poisson regression with a softplus link, 2000 samples x 20 features: the negative
+    log-likelihood (log of the rate, log-factorials by lgamma-free constants) and its
+    gradient, plus an L1-smoothed penalty log(cosh(w))."""
+    rng = _rng()
+    X = L.array(rng.normal(size=(2000, 20)) / 4.0)
+    y = L.array(rng.poisson(2.0, size=2000).astype(float))
+
+    def nll(w):
+        rate = L.np.logaddexp(X @ w, 0.0) + 1e-9
+        data = L.np.mean(rate - y * L.np.log(rate))
+        return data + 1e-3 * L.np.sum(L.np.log(L.np.cosh(w)))
+
+    return L.jit(L.value_and_grad(L.edited(nll))), (L.array(0.1 * rng.normal(size=20)),)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
-    train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind)}
+    train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind,
+    siren_helmholtz, poisson_glm)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
