@@ -80,7 +80,8 @@ def _affine(i, start, stride):
 def _pad(node, shape, idx, read, params, below):
     """The operand where the index lands on one of its elements (``low`` of them ahead of it,
     ``interior`` between its elements; negative widths crop), else zero."""
-    conditions, sidx, interior = [], [], False
+    conditions, sidx = [], []
+    strided = False  # an axis read between interior zeros: its index divides where guarded
     for i, n, extent, low, gap in zip(idx, shape, node.shape, params["low"],
                                       params["interior"]):
         step = gap + 1
@@ -93,7 +94,7 @@ def _pad(node, shape, idx, read, params, below):
             known = below(i, bound) if needed else passes
             if known is None:
                 conditions.append(guard)
-                guards.append((guard, 0 if passes is False else n - 1))
+                guards.append((guard, n - 1 if passes else 0))  # the edge it clamps to
             elif known is not passes:
                 return literal(0, node.dtype.name)  # off the operand on this whole segment
         offset = i if low == 0 else f"{i} - {low}" if low > 0 else f"{i} + {-low}"
@@ -101,7 +102,7 @@ def _pad(node, shape, idx, read, params, below):
             offset = _atom(offset)
             conditions.append(f"{offset} % {step} == 0")
             offset = f"{offset} // {step}"
-            interior = True
+            strided = True
         elif guards:
             # clamped into the operand: read unconditionally, then picked (branch-free)
             for guard, edge in guards:
@@ -110,7 +111,7 @@ def _pad(node, shape, idx, read, params, below):
     value = read(0, sidx)
     if not conditions:
         return value
-    if not interior:
+    if not strided:
         return f"_where({' and '.join(conditions)}, {value}, {literal(0, node.dtype.name)})"
     return f"({value} if {' and '.join(conditions)} else {literal(0, node.dtype.name)})"
 
