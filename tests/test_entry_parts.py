@@ -372,6 +372,26 @@ def test_products_call_one_kernel_and_keep_the_order_of_the_sum():
         np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
 
 
+@pytest.mark.parametrize("m, n", [(21, 1), (13, 3), (1, 21), (3, 14), (22, 6), (6, 9)])
+@pytest.mark.parametrize("stored", ["rows", "columns"])
+def test_products_past_the_tiles_keep_the_order_of_the_sum(m, n, stored):
+    """The rows and columns past the kernel's whole tiles (a matrix-vector product's every
+    element) are summed in strips of several rows or columns at once, a's rows read in place
+    or transposed: each element is still its plain dot, in order."""
+    rng = np.random.default_rng(m * n)
+    k = 300
+    a = rng.normal(size=(m, k) if stored == "rows" else (k, m))
+    b = rng.normal(size=(k, n))
+    lhs = a if stored == "rows" else a.T
+    f = qb.jit((lambda a, b: a @ b) if stored == "rows" else (lambda a, b: a.T @ b))
+    assert "_matmul_float64(" in f.lower(a, b).source
+    expected = np.zeros((m, n))
+    for j in range(k):
+        expected += lhs[:, j:j + 1] * b[j:j + 1, :]
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
+
+
 @pytest.mark.parametrize("spelling", ["a.T @ b", "a @ b.T", "a.T @ b.T", "batched"])
 def test_transposed_operands_are_read_in_place_with_the_same_bits(spelling):
     """A transposed operand (a backward pass's ``x.T @ g``, ``g @ w.T``) is handed to the
