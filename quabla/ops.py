@@ -403,12 +403,13 @@ def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002
 
 
 def logaddexp(x1, x2):
-    """log(exp(x1) + exp(x2)) without overflow: the larger plus softplus of the difference,
-    so its derivatives are smooth to every order (1/2 each where x1 == x2, as JAX's)."""
+    """log(exp(x1) + exp(x2)) without overflow: the larger plus softplus of minus the
+    difference, each picked by one select of a branch smooth to every order (1/2 each where
+    x1 == x2, as JAX's), so that one softplus is computed, not one per branch."""
     a, b = broadcast_all("logaddexp", promote("logaddexp", (x1, x2)))
     delta = subtract(a, b)
-    stable = where(greater_equal(a, b), add(a, softplus(negative(delta))),
-                   add(b, softplus(delta)))
+    first = greater_equal(a, b)
+    stable = add(where(first, a, b), softplus(where(first, negative(delta), delta)))
     # NaN, or infinities of one sign (whose difference is NaN): their sum, as JAX gives
     return where(isnan(delta), add(a, b), stable)
 

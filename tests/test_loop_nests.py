@@ -107,31 +107,41 @@ TRANSCENDENTAL = [
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("fn, exact, ranges, ulps", TRANSCENDENTAL,
                          ids=[f[0].__name__ for f in TRANSCENDENTAL])
-def test_vectorisable_transcendentals_in_loops_that_vectorise_and_those_that_do_not(
+def test_vectorisable_transcendentals_in_loops_and_libm_for_one_element(
         fn, exact, ranges, ulps, dtype):
-    """A loop of them vectorises (``_exp``, ``_log``, ``_log1p``, ``_softplus``: no call); one
-    whose innermost axis is summed runs element by element and calls libm (the ``serial``
-    template, ``math.exp``, ``_libm_log``...): both within their bound, subnormals included."""
+    """A loop of them vectorises (``_exp``, ``_log``, ``_log1p``, ``_softplus``: no call), also
+    one whose values are summed (the sum gets a loop of its own); one element computed on its
+    own calls libm (the ``serial`` template, ``math.exp``, ``_libm_log``...): all within their
+    bound, subnormals included."""
     rng = np.random.default_rng(12)
+    mapped = qb.jit(lambda x: fn(x))
+    summed = qb.jit(lambda x: (qb.sum(fn(x)), fn(x)))
+    one = qb.jit(lambda x: fn(x))
     for low, high in ranges:
         if dtype == np.float32 and (low < -100.0 or high > 1e30 or 0 < low < 1e-37):
             continue  # beyond float32's range
         x = (rng.uniform(low, high, 50_000) if high - low < 1e6 or low <= 0
              else np.exp(rng.uniform(np.log(low), np.log(high), 50_000))).astype(dtype)
-        mapped = qb.jit(lambda x: fn(x))
-        summed = qb.jit(lambda x: (qb.sum(fn(x)), fn(x)))
-        assert "_libm_" not in mapped.lower(qb.array(x)).source
-        assert "math.exp(" in summed.lower(qb.array(x)).source or "_libm_" in summed.lower(
-            qb.array(x)).source
+        for f in (mapped, summed):
+            assert "_libm_" not in f.lower(qb.array(x)).source
+            assert "math.exp(" not in f.lower(qb.array(x)).source
+        scalar = one.lower(qb.array(x[0])).source
+        assert "math.exp(" in scalar or "_libm_" in scalar
         with np.errstate(all="ignore"):
             reference = exact(x.astype(np.longdouble))
-        for out in (mapped(qb.array(x)), summed(qb.array(x))[1]):
+        total, values = summed(qb.array(x))
+        outs = [mapped(qb.array(x)), values,
+                np.array([one(qb.array(v)) for v in x[:300]]).astype(dtype)]
+        np.testing.assert_array_equal(np.asarray(values), np.asarray(outs[0]))
+        with np.errstate(all="ignore"):  # the sum in order
+            np.testing.assert_array_equal(total, np.cumsum(np.asarray(values))[-1])
+        for out, ref in zip(outs, (reference, reference, reference[:300])):
             out = np.asarray(out)
             assert out.dtype == dtype
-            assert _long_ulps(out, reference, dtype) <= ulps + 0.6
+            assert _long_ulps(out, ref, dtype) <= ulps + 0.6
             if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:  # a real extended type
-                assert _long_ulps(out, reference, dtype) <= (
-                    ulps if dtype == np.float64 else 1.5)  # libm's float32 ones (serial)
+                assert _long_ulps(out, ref, dtype) <= (
+                    ulps if dtype == np.float64 else 1.5)  # libm's float32 ones (one element)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -188,6 +198,45 @@ def test_rematerialised_values_in_float32():
     rng = np.random.default_rng(3)
     _check(_program, rng.uniform(-1, 1, (12, 12)), rng.uniform(-1, 1, (24, 12)),
            dtype=qb.float32)
+
+
+def _costly_sums(x, w):
+    """Row sums of transcendental values (a log-sum-exp, a Poisson loss), a column sum, and
+    a cheap row sum: only the sums along the innermost axis of costly members move."""
+    z = x @ w
+    lse = qb.log(qb.sum(qb.exp(z - 1.0), axis=1))
+    loss = qb.sum(qb.logaddexp(z, 0.0) - x[:, :6] * qb.log1p(z * z))
+    return lse, loss, qb.sum(qb.tanh(z), axis=0), qb.sum(x * x, axis=1)
+
+
+@pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
+def test_sums_along_the_innermost_axis_of_costly_members_get_a_loop_of_their_own(dtype):
+    rng = np.random.default_rng(8)
+    graph = _check(_costly_sums, rng.uniform(-1, 1, (40, 9)), rng.uniform(-1, 1, (9, 6)),
+                   dtype=dtype)
+    nodes = graph.nodes
+    together = schedule(graph, {})
+    apart = schedule(graph, {}, sums_apart=True)
+    for statements in (together, apart):
+        assert sorted(m for s in statements if isinstance(s, Group) for m in s.members) == \
+            sorted(m for s in together if isinstance(s, Group) for m in s.members)
+
+    def innermost_sums(group):
+        last = len(group.shape) - 1
+        return [m for m in group.members
+                if nodes[m].op.startswith("reduce") and last in nodes[m].kw["axes"]]
+
+    costly = {"exp", "log", "log1p", "softplus", "tanh", "div"}
+    moved = 0
+    for s in apart:
+        if isinstance(s, Group) and innermost_sums(s):
+            ops = {nodes[m].op for m in s.members}
+            assert not ops & costly  # the costly members vectorise in the loop before
+            if len(s.members) == len(innermost_sums(s)):
+                moved += len(s.members)
+    assert moved == 2  # the log-sum-exp's and the loss's sums; the cheap row sum stays
+    assert any(isinstance(s, Group) and {"mul", "reduce_sum"} <= {nodes[m].op for m in s.members}
+               for s in apart)
 
 
 # -- tiles of the batch axis ----------------------------------------------------------------

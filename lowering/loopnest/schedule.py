@@ -131,11 +131,13 @@ class _Plan:
         return -1 if stmt is None else self.pos(stmt) + 1
 
 
-def schedule(graph, phase=None):
+def schedule(graph, phase=None, sums_apart=False):
     """Returns the statements in execution order, the tail's ``phase``s last (``tail_phases``,
     computed when None: a CPU entry's graph, cut into parts when long). ``{}`` schedules
     nothing apart: a region's body, whose statements all run in its loop, and a CUDA program,
-    compiled whole, fuse as they can."""
+    compiled whole, fuse as they can. ``sums_apart``: a sum along a group's innermost axis
+    that would keep costly members from vectorising gets a group of its own (``_sums_apart``:
+    the CPU's loops, which run one element at a time while they carry a sum)."""
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
@@ -164,6 +166,8 @@ def schedule(graph, phase=None):
         stmt = Single(nid)
         plan.insert(max([plan.ready_at(o) for o in node.operands] + [start]), stmt)
         plan.home[nid] = (stmt, False)
+    if sums_apart:
+        _sums_apart(nodes, plan)
     statements = plan.statements
     _mark_materialized(graph, statements, plan)
     _rematerialize(graph, statements, plan, phase)
@@ -268,6 +272,28 @@ def _can_join(plan, group, node, nodes):
         if plan.ready_at(o) > here:
             return False
     return True
+
+
+def _sums_apart(nodes, plan):
+    """A loop that carries a sum (any reduction) along its axis runs element by element:
+    vectorising it would reorder the sum. Where such a group also computes members that are
+    not cheap (transcendental functions, divisions: what vectorised code does several times
+    faster), its reductions along the innermost axis move to a group of their own just after
+    it, which reads their operands stored. The members vectorise; each sum keeps its order
+    (a Poisson regression's loss: log, softplus and their derivatives, ~2x faster)."""
+    for group in [s for s in plan.statements if isinstance(s, Group)]:
+        last = len(group.shape) - 1
+        sums = [m for m in group.members
+                if kind(nodes[m]) == "reduction" and last in nodes[m].kw["axes"]]
+        if not sums or all(_cheap(nodes[m]) for m in group.members
+                           if kind(nodes[m]) == "elementwise"):
+            continue
+        apart = Group(group.shape)
+        plan.insert(plan.pos(group) + 1, apart)
+        for m in sums:
+            group.members.remove(m)
+            group.member_set.discard(m)
+            _join(plan, apart, m, inside=False)
 
 
 def _mark_materialized(graph, statements, plan):

@@ -17,8 +17,8 @@ def operand_names(op):
 
 def scalar_expression(node, args, serial=False):
     """``node``'s scalar template with the operand expressions ``args`` and its params; its
-    ``serial`` one if it has one and the loop runs element by element (``serial``: a
-    reduction along its innermost axis: a vectorisable body is slower than libm's there)."""
+    ``serial`` one if it has one and ``serial`` (one element computed on its own, not in a loop
+    that vectorises: libm's call is faster there than the vectorisable body)."""
     params = dict(node.params)
     fields = dict(zip(operand_names(node.op), args))
     if node.op == "cast":

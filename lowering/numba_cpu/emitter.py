@@ -118,7 +118,7 @@ class Emitter:
         graph = self.graph
         for nid in graph.inputs:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
-        statements = schedule(graph, self.phase)
+        statements = schedule(graph, self.phase, sums_apart=True)
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k

@@ -75,9 +75,6 @@ def _segments(e, group, idx, shape):
 def _body(e, group, idx, depth):
     """The members of ``group`` at loop index ``idx``, statements at ``depth``."""
     single_use = single_uses(e, group)
-    last = len(group.shape) - 1  # reduced, the innermost loop carries its sum: serial
-    serial = any(kind(e.nodes[m]) == "reduction" and last in e.nodes[m].kw["axes"]
-                 for m in group.members)
     for m in group.members:
         node = e.nodes[m]
         if kind(node) == "reduction":
@@ -89,8 +86,7 @@ def _body(e, group, idx, depth):
         else:
             nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
                 [e.nesting.get(o, 2) for o in node.operands if o in e.inlined] + [2])
-            expr = scalar_expression(node, [e.read(o, group, idx) for o in node.operands],
-                                     serial)
+            expr = scalar_expression(node, [e.read(o, group, idx) for o in node.operands])
         if m in single_use and nesting <= SPLICE_DEPTH and len(expr) <= SPLICE_LENGTH:
             e.inlined[m] = expr
             e.nesting[m] = nesting

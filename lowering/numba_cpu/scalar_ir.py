@@ -86,7 +86,7 @@ def _logarithm(builder, x, pole, value):
 
 def _libm_log(builder, x):
     """``math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)``: libm's call, the
-    faster in a loop that runs element by element (``serial`` in elementwise.yaml)"""
+    faster for one element on its own (``serial`` in elementwise.yaml)"""
     return _logarithm(builder, x, 0.0, intrinsic_call(builder, "llvm.log", x))
 
 
@@ -99,7 +99,7 @@ def _log(builder, x):
 
 def _libm_log1p(builder, x):
     """``math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)``: libm's call (the
-    faster element by element: ``serial``)"""
+    faster for one element on its own: ``serial``)"""
     return _logarithm(builder, x, -1.0, libm_call(builder, "log1p", x))
 
 
@@ -323,7 +323,7 @@ def _relu(builder, x):
 
 def _libm_softplus(builder, x):
     """``math.log1p(math.exp(-abs(x))) + (x if x > 0 else type(x)(0))`` by libm's calls (the
-    faster element by element: ``serial``)"""
+    faster for one element on its own: ``serial``)"""
     magnitude = intrinsic_call(builder, "llvm.fabs", x)
     e = intrinsic_call(builder, "llvm.exp", negated(builder, magnitude))
     return builder.fadd(libm_call(builder, "log1p", e), _positive_part(builder, x))
