@@ -222,11 +222,11 @@ def test_a_constant_the_edit_also_reads_keeps_its_place():
 
 def test_a_penalty_that_shares_a_value_with_the_program_keeps_its_middle_part(monkeypatch):
     """A 1D Poisson solve by ``cg`` and the gradient w.r.t. the source; the edit adds an L2
-    penalty on the source, which is CG's first residual norm (x0 = 0): the value becomes one
-    more that the tail reads from the first part. Its slot comes after those of the
-    program's own results (``Handover.allocate``), so the CG loop's part is the original's;
-    the edited program gives the interpreter's results. (Parts of 100 lines: the default size
-    cuts this entry, its stencil's concatenates read in place, in fewer places.)"""
+    penalty on the source, which is CG's first residual norm (x0 = 0), merged with it by the
+    rewriter. The tail computes it again (``schedule._tail_copies``) rather than reading it
+    from the first part, so every part before the tail is the original's; the edited
+    program gives the interpreter's results. (Parts of 100 lines: the default size cuts this
+    entry, its stencil's concatenates read in place, in fewer places.)"""
     monkeypatch.setattr(parts, "PART_LINES", 100)
     n = 32
 
@@ -244,10 +244,53 @@ def test_a_penalty_that_shares_a_value_with_the_program_keeps_its_middle_part(mo
               for f in (loss, lambda s: loss(s) + 1e-4 * qb.sum(s * s))]
     original, edited = (module_source(graph)[0] for graph in graphs)
     assert len(original) == len(edited) >= 3
-    assert edited[1:-1] == original[1:-1] and edited[0] != original[0]
+    assert edited[:-1] == original[:-1] and edited[-1] != original[-1]
     compiled = compile_graph(graphs[1], {})
     for ours, theirs in zip(compiled(np.asarray(source)), evaluate(graphs[1], [np.asarray(source)])):
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-10)
+
+
+@pytest.mark.parametrize("depth", [1, 20])
+def test_the_tail_computes_again_what_inputs_alone_make(depth):
+    """The program's product reads x normalised by ``sum(x * x)`` (``depth`` sines deep); the
+    edit's penalty is the same value. Its cone of at most ``REMAT_CONE`` nodes is copied into the tail's last
+    phase, numbered after the program's own nodes, and nothing of the last phase reads a node
+    before the tail; a deeper cone is read from the program. Both give the interpreter's
+    results."""
+    from lowering.loopnest.schedule import REMAT_CONE, fused, tail_last
+
+    def norm(x):
+        for _ in range(depth):
+            x = qb.sin(x)
+        return qb.sum(x * x)
+
+    rng = np.random.default_rng(4)
+    w = qb.array(rng.uniform(-1.0, 1.0, (24, 24)))
+
+    def loss(x):
+        return qb.sum(qb.tanh(w @ (x / norm(x))))
+
+    x = qb.array(rng.uniform(-1.0, 1.0, 24))
+    graph = qb.jit(qb.value_and_grad(lambda x: loss(x) + 1e-3 * norm(x))).lower(x).graph
+    ordered, phase = tail_last(graph)
+    nodes = ordered.nodes
+
+    def cone(k):
+        if nodes[k].op == "input" or (nodes[k].op == "constant" and nodes[k].shape):
+            return set()
+        return {k}.union(*(cone(o) for o in nodes[k].operands))
+
+    last = [k for k, p in phase.items() if p == 2]
+    head = [k for k in range(len(nodes)) if k not in phase]
+    read = [o for k in last for o in nodes[k].operands if o in head and cone(o)
+            and all(fused(nodes[c].op) or nodes[c].op == "constant" for c in cone(o))]
+    assert all(len(cone(o)) > REMAT_CONE for o in read)  # the deep norm only
+    assert len(nodes) > len(graph.nodes) and bool(read) == (depth > REMAT_CONE)
+    assert max(head) < min(last)
+    compiled = compile_graph(graph, {})
+    for _ in range(2):
+        for ours, theirs in zip(compiled(np.asarray(x)), evaluate(graph, [np.asarray(x)])):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
 @pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])

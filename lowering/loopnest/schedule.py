@@ -184,12 +184,7 @@ def tail_phases(graph):
     statements before it keep their names and scratch slots, and so their compiled parts
     (numba_cpu/parts.py)."""
     nodes = graph.nodes
-    from_inputs = set()  # nodes computed from inputs and constants alone
-    for nid, node in enumerate(nodes):
-        if node.op in ("input", "constant") or (
-                node.operands and all(o in from_inputs for o in node.operands)
-                and _fusible_or_scalar(node)):
-            from_inputs.add(nid)
+    from_inputs = _from_inputs(nodes)
     readers = {}
     for nid, node in enumerate(nodes):
         for o in node.operands:
@@ -214,15 +209,70 @@ def tail_phases(graph):
     return phase
 
 
+def _from_inputs(nodes):
+    """The nodes computed from inputs and constants alone, by loop nests and scalar code."""
+    found = set()
+    for nid, node in enumerate(nodes):
+        if node.op in ("input", "constant") or (
+                node.operands and all(o in found for o in node.operands)
+                and _fusible_or_scalar(node)):
+            found.add(nid)
+    return found
+
+
+def _tail_copies(graph, phase):
+    """``(graph, phase, place)``: ``graph`` where the tail's last phase computes again each
+    value it reads from before the tail that inputs and constants alone make (in a cone of at
+    most ``REMAT_CONE`` nodes), the copies added after every node, each placed (``place``) just
+    before its reader. An edit's ``sum(s * s)`` that the rewriter merged with a solver's own
+    ``b . b`` is then the tail's: the statements before the tail are those of the program
+    without the edit, which would otherwise hand the value over and so change."""
+    nodes = list(graph.nodes)
+    from_inputs = _from_inputs(nodes)
+
+    def cone(nid, seen):
+        node = nodes[nid]
+        if nid in seen or node.op == "input" or (node.op == "constant" and node.shape):
+            return seen  # read in place: an input, an array constant (an argument)
+        seen.add(nid)
+        for o in node.operands:
+            cone(o, seen)
+        return seen
+
+    copies, place, readers = {}, {}, {}
+    for nid, node in enumerate(graph.nodes):
+        if phase.get(nid) != 2:
+            continue
+        reads = [o for o in node.operands if o not in phase and o in from_inputs
+                 and 0 < len(cone(o, set())) <= REMAT_CONE]
+        if not reads:
+            continue
+        for o in reads:
+            for c in sorted(cone(o, set()) - set(copies)):  # operands first: in node order
+                old = nodes[c]
+                nodes.append(Node(old.op, tuple(copies.get(a, a) for a in old.operands),
+                                  old.params, old.shape, old.dtype, old.weak))
+                copies[c] = len(nodes) - 1
+                phase[copies[c]] = 2
+                place[copies[c]] = nid - 0.5
+        readers[nid] = tuple(copies.get(o, o) if o in reads else o for o in node.operands)
+    if not copies:
+        return graph, phase, place
+    for nid, operands in readers.items():
+        n = nodes[nid]
+        nodes[nid] = Node(n.op, operands, n.params, n.shape, n.dtype, n.weak)
+    return Graph(nodes, graph.inputs, graph.outputs, graph.input_names), phase, place
+
+
 def tail_last(graph):
     """``(graph, phase)``: ``graph`` with its nodes numbered as ``schedule`` takes them, the
     tail's phases (``tail_phases``, renumbered too) last: the generated code names values by
     node, so the rest of an edited program keeps its names as well as its statements. A
     constant is numbered just before its first reader of its own phase: where the trace made
     it depends on what else uses it (an edit's term that needs a 2 first makes the 2 that the
-    rest of the program reads), where its reader is does not."""
-    phase = tail_phases(graph)
-    place = {}
+    rest of the program reads), where its reader is does not. The last phase computes again
+    what it would read from before the tail that inputs alone make (``_tail_copies``)."""
+    graph, phase, place = _tail_copies(graph, tail_phases(graph))
     for k, node in enumerate(graph.nodes):
         for o in node.operands:
             if o not in place and graph.nodes[o].op == "constant" \
