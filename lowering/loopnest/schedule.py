@@ -26,7 +26,7 @@ from quabla.core.graph import Graph, Node
 from quabla.core.primitives import PRIMITIVES
 
 __all__ = ["Group", "Single", "TileBegin", "TileEnd", "schedule", "last_uses", "kind", "fused",
-           "tail_phases", "tail_last"]
+           "node_ids", "tail_phases", "tail_last"]
 
 REMAT_CONE = 16           # the most nodes one reader group recomputes for one value
 TILE_BYTES = 32 * 1024    # a tile of the widest row-wise array: what stays in L1/L2
@@ -35,6 +35,13 @@ MIN_TILE_ROWS = 16
 # parts.py cannot cut, and LLVM's time grows faster than a function's length (the deep 2D
 # PINN's 206-statement loop compiled in 1.2 s against 0.7 s untiled, for a 1.5x faster step).
 TILE_STATEMENTS = 64
+
+
+def node_ids(graph):
+    """The ids of ``graph``'s nodes. A region's sub-graph renumbered after the graphs around it
+    (numba_cpu's ``Renumbered``) starts at its ``base``: the thousands of ids below are
+    placeholders, which every pass over its nodes would otherwise walk."""
+    return range(getattr(graph, "base", 0), len(graph.nodes))
 
 
 def kind(node):
@@ -143,7 +150,7 @@ def schedule(graph, phase=None, sums_apart=False):
     last_group = {}  # shape -> the latest group of that shape
     phase = tail_phases(graph) if phase is None else phase
     current, start = 0, 0  # the phase being scheduled, where its statements begin
-    for nid in sorted(range(len(nodes)), key=lambda n: (phase.get(n, 0), n)):
+    for nid in sorted(node_ids(graph), key=lambda n: (phase.get(n, 0), n)):
         node = nodes[nid]
         if node.op == "input":
             continue
@@ -351,8 +358,8 @@ def _mark_materialized(graph, statements, plan):
     map read by other groups' loops, or by other index maps, is not stored: each reader
     gathers from its source again."""
     consumers = {}
-    for nid, node in enumerate(graph.nodes):
-        for o in node.operands:
+    for nid in node_ids(graph):
+        for o in graph.nodes[nid].operands:
             consumers.setdefault(o, []).append(nid)
     outputs = set(graph.outputs)
     for stmt in statements:
@@ -391,8 +398,8 @@ def _rematerialize(graph, statements, plan, phase):
     nodes = graph.nodes
     outputs = set(graph.outputs)
     consumers = {}
-    for nid, node in enumerate(nodes):
-        for o in node.operands:
+    for nid in node_ids(graph):
+        for o in nodes[nid].operands:
             consumers.setdefault(o, []).append(nid)
     home = {nid: stmt for nid, (stmt, _) in plan.home.items()}
     stored = set()

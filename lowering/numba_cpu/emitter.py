@@ -14,7 +14,8 @@ from quabla.core.graph import Node
 from quabla.core.primitives import PRIMITIVES
 from ..loopnest.buffers import PRIVATE, ScratchPlan
 from ..loopnest.gathers import below, composed, gather_expression
-from ..loopnest.schedule import Group, Single, TileBegin, TileEnd, kind, last_uses, schedule
+from ..loopnest.schedule import (Group, Single, TileBegin, TileEnd, kind, last_uses, node_ids,
+                                 schedule)
 from ..loopnest.templates import literal, scalar_expression
 from .groups import emit_group
 from .source import ZERO_BITS, flat_index, node_id
@@ -81,8 +82,8 @@ class Emitter:
         self.last_use = {}   # node id -> index of the last statement that reads it
         self.stored = set()  # group members that have a buffer
         self.consumers = {}
-        for nid, node in enumerate(graph.nodes):
-            for o in node.operands:
+        for nid in node_ids(graph):
+            for o in graph.nodes[nid].operands:
                 self.consumers.setdefault(o, []).append(nid)
         self.ranges = {}     # loop index -> (lo, hi) of the loop nest being emitted (groups.py)
         self.splits = None   # loop index -> indices where a guarded read changes, when asked
@@ -361,6 +362,7 @@ class Renumbered:
     _PLACEHOLDER = Node("input", (), (), (), None)
 
     def __init__(self, graph, base):
+        self.base = base
         self.nodes = [self._PLACEHOLDER] * base + [
             Node(n.op, tuple(o + base for o in n.operands), n.params, n.shape, n.dtype, n.weak)
             for n in graph.nodes]
