@@ -153,6 +153,25 @@ def test_selects_of_clamped_reads_have_numba_s_bits():
                      r0=np.zeros(2 * N), b1=np.zeros(N, bool))
 
 
+def test_sums_whose_adds_may_be_reordered_have_numba_s_bits():
+    """``_sum_add`` (an add LLVM may reorder among its sum's: partial sums in vector lanes),
+    a 0-d sum and a row's, float64 and float32: both front ends give the same loop."""
+    rng = np.random.default_rng(5)
+    body = """
+        s = 0.0
+        t = np.float32(0.0)
+        i0 = 0
+        while i0 < 1000:
+            s = _sum_add(s, v0[i0] * v0[i0])
+            t = _sum_add(t, w0[i0])
+            i0 += 1
+        r0[0] = s
+        r1[0] = t
+        """
+    assert_same_bits(body, v0=rng.normal(size=1000), w0=rng.normal(size=1000).astype(np.float32),
+                     r0=np.zeros(1), r1=np.zeros(1, np.float32))
+
+
 def test_integer_division_by_a_constant_has_numba_s_bits():
     """``//`` and ``%`` of int64s by positive constants (a pad's interior), negative
     dividends included: Python's floor and the divisor's sign."""

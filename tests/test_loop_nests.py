@@ -133,8 +133,11 @@ def test_vectorisable_transcendentals_in_loops_and_libm_for_one_element(
         outs = [mapped(qb.array(x)), values,
                 np.array([one(qb.array(v)) for v in x[:300]]).astype(dtype)]
         np.testing.assert_array_equal(np.asarray(values), np.asarray(outs[0]))
-        with np.errstate(all="ignore"):  # the sum in order
-            np.testing.assert_array_equal(total, np.cumsum(np.asarray(values))[-1])
+        with np.errstate(all="ignore"):  # its adds reordered: partial sums in vector lanes
+            want = np.sum(np.asarray(values).astype(np.longdouble))
+            if np.isfinite(want):
+                np.testing.assert_allclose(float(total), float(want),
+                                           rtol=1e-4 if dtype == np.float32 else 1e-11)
         for out, ref in zip(outs, (reference, reference, reference[:300])):
             out = np.asarray(out)
             assert out.dtype == dtype
@@ -198,6 +201,25 @@ def test_rematerialised_values_in_float32():
     rng = np.random.default_rng(3)
     _check(_program, rng.uniform(-1, 1, (12, 12)), rng.uniform(-1, 1, (24, 12)),
            dtype=qb.float32)
+
+
+@pytest.mark.parametrize("n", [7, 15, 16, 1000])
+def test_long_sums_reorder_their_adds_and_short_ones_sum_in_order(n):
+    """A sum along an innermost axis of ``REORDERED_SUMS`` elements or more may have its adds
+    reordered (``_sum_add``: LLVM keeps partial sums in vector lanes); a shorter one is summed
+    in order, as NumPy sums fewer than eight."""
+    from lowering.numba_cpu.groups import REORDERED_SUMS
+
+    x = np.random.default_rng(n).uniform(-1.0, 1.0, (3, n))
+    f = qb.jit(lambda x: (qb.sum(x * x, axis=1), qb.sum(x * x)))
+    assert ("_sum_add(" in f.lower(qb.array(x)).source) == (n >= REORDERED_SUMS)
+    rows, total = (np.asarray(v) for v in f(qb.array(x)))
+    in_order = np.cumsum(x * x, axis=1)[:, -1]
+    if n < REORDERED_SUMS:
+        np.testing.assert_array_equal(rows, in_order)
+        np.testing.assert_array_equal(total, np.cumsum(x * x)[-1])
+    np.testing.assert_allclose(rows, in_order, rtol=1e-13)
+    np.testing.assert_allclose(total, np.sum(x * x), rtol=1e-13)
 
 
 def _costly_sums(x, w):

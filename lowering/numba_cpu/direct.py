@@ -393,6 +393,10 @@ class _Function:
         (a, c), kind = self.unified((x, y), _NUMBERS + ("bool",))
         return self.b.select(condition, a, c), kind
 
+    def c_sum_add(self, x, y):
+        (a, c), kind = self.unified((x, y), _FLOATS)
+        return self.b.fadd(a, c, flags=("reassoc",)), kind
+
     def c_max(self, x, y):
         (a, c), kind = self.unified((x, y), _FLOATS + ("bool",))
         return sir.pick_extremum(self.b, ">", a, c), kind

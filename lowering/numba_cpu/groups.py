@@ -16,6 +16,11 @@ __all__ = ["emit_group", "reduction_init", "SPLICE_DEPTH", "SPLICE_LENGTH"]
 SPLICE_DEPTH = 40
 SPLICE_LENGTH = 2000
 SEGMENTS = 6  # the most loops one loop is split into
+# Sums along an innermost axis of at least this many elements may have their adds reordered
+# (``_sum_add``): LLVM then vectorises their loops, keeping partial sums in vector lanes (a
+# 400 000-element sum of squares 1.3x faster; of tanh, with its own loop, 1.4x). A shorter
+# one is summed in order, as NumPy sums fewer than eight.
+REORDERED_SUMS = 16
 
 
 def emit_group(e, group):
@@ -140,7 +145,10 @@ def reduction_step(e, node, nid, group, idx, depth):
     value = e.read(node.operands[0], group, idx)
     target = f"v{nid}" if node.shape == () else (
         e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
-    e.assign(target, combine(node.op, target, value), depth)
+    step = (f"_sum_add({target}, {value})"
+            if node.op == "reduce_sum" and group.shape[-1] >= REORDERED_SUMS
+            else combine(node.op, target, value))
+    e.assign(target, step, depth)
 
 
 @functools.lru_cache(maxsize=None)

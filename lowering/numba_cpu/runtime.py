@@ -91,6 +91,20 @@ def _where(typingctx, test, x, y):
 
 
 @intrinsic
+def _sum_add(typingctx, x, y):
+    """``x + y``, one add of a sum that LLVM may reorder (``reassoc``): the loop vectoriser
+    then keeps the sum's partial sums in vector lanes (loopnest's ``combine``)."""
+    out = typingctx.unify_pairs(x, y)
+    if not isinstance(out, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a, b = (context.cast(builder, v, t, out) for v, t in zip(args, sig.args))
+        return builder.fadd(a, b, flags=("reassoc",))
+    return out(x, y), codegen
+
+
+@intrinsic
 def _tanh(typingctx, x):
     """tanh of a float64 or float32 (scalar_ir.tanh)."""
     if x not in (types.float64, types.float32):
