@@ -419,8 +419,8 @@ def test_products_call_one_kernel_and_keep_the_order_of_the_sum():
 @pytest.mark.parametrize("stored", ["rows", "columns"])
 def test_products_past_the_tiles_keep_the_order_of_the_sum(m, n, stored):
     """The rows and columns past the kernel's whole tiles (a matrix-vector product's every
-    element) are summed in strips of several rows or columns at once, a's rows read in place
-    or transposed: each element is still its plain dot, in order."""
+    element) are summed four rows or four columns at once, a's rows read in place or
+    transposed: each element is still its plain dot, in order."""
     rng = np.random.default_rng(m * n)
     k = 300
     a = rng.normal(size=(m, k) if stored == "rows" else (k, m))

@@ -29,7 +29,6 @@ __all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch"]
 I64 = ir.IntType(64)
 _SCALARS = {"float64": ir.DoubleType(), "float32": ir.FloatType()}
 TILE = 4  # rows and columns of the product kernel's tiles
-STRIP = 8  # rows (columns) of a strip of one column (row) past the tiles
 
 
 def _int(value):
@@ -93,7 +92,9 @@ def _matmul(module, dtype, name):
     rows of ``out`` in memory for every k). The columns past the last whole tile are summed
     ``TILE`` rows at a time, the rows past it ``TILE`` columns at a time, and only the corner is
     plain dots: a matrix-vector product's sums run four at once (as twenty plain dots of 2000,
-    one dependent add after another, ``X.T @ g`` took 37-59 µs). Every element is the sum of a plain dot, in order (the bits of the small
+    one dependent add after another, ``X.T @ g`` took 33-37 µs; 15 now, and strips of eight or
+    a transposed a's strip as one vector load, 10-15 µs, doubled the kernel's compile time).
+    Every element is the sum of a plain dot, in order (the bits of the small
     products written as loop nests). With ``ta``, a is stored (batch, inner, rows) and read in
     place; with ``tb``, b is stored (batch, cols, inner) and arranged into the workspace ``w``
     first: the transposed operands of a backward pass cost no loop nest in the entry."""
@@ -119,16 +120,14 @@ def _matmul(module, dtype, name):
     with f.steps(batch) as g:
         pa, pb, po = (mul(g, mul(p, q)) for p, q in ((rows, inner), (inner, cols), (rows, cols)))
 
-        def block(m, n, height, width, unit=None):
-            """out[m:m + height, n:n + width], its sums in registers for all of k (``unit``:
-            a's rows are known adjacent, so a strip's loads are one vector)."""
-            am_ = am if unit is None else _int(unit)
+        def block(m, n, height, width):
+            """out[m:m + height, n:n + width], its sums in registers for all of k."""
             c = [[f.variable(zero) for _ in range(width)] for _ in range(height)]
             with f.steps(inner) as k:
                 row_b = [f.load(b, pb, mul(k, cols), n, _int(j)) for j in range(width)]
-                ra = x.add(pa, x.add(mul(m, am_), mul(k, ak)))
+                ra = x.add(pa, x.add(mul(m, am), mul(k, ak)))
                 for i in range(height):
-                    s = f.load(a, ra, mul(_int(i), am_))
+                    s = f.load(a, ra, mul(_int(i), am))
                     for j in range(width):
                         f.accumulate(c[i][j], s, row_b[j])
             r = x.add(po, x.add(mul(m, cols), n))
@@ -136,23 +135,15 @@ def _matmul(module, dtype, name):
                 for j in range(width):
                     f.store(x.load(c[i][j]), out, r, mul(_int(i), cols), _int(j))
 
-        def cover(stop, sizes, body, start=_int(0)):
-            """``body(p, size)`` over [start, stop): spans of the first size, then the next."""
-            for size in sizes:
-                with f.steps(stop, size, start) as p:
-                    body(p, size)
-                start = x.add(start, mul(x.sdiv(x.sub(stop, start), _int(size)), _int(size)))
-
         with f.steps(rows, TILE) as m, f.steps(cols, TILE) as n:
             block(m, n, TILE, TILE)
         with f.steps(cols, start=whole_cols) as n:  # the columns past the tiles, every row
-            with x.if_else(transposed) as (column_a, row_a):
-                with column_a:
-                    cover(rows, (STRIP, TILE, 1), lambda m, height: block(m, n, height, 1, 1))
-                with row_a:
-                    cover(rows, (STRIP, TILE, 1), lambda m, height: block(m, n, height, 1))
-        with f.steps(rows, start=whole_rows) as m:  # the rows past the tiles
-            cover(whole_cols, (STRIP, TILE), lambda n, width: block(m, n, 1, width))
+            with f.steps(rows, TILE) as m:
+                block(m, n, TILE, 1)
+            with f.steps(rows, start=whole_rows) as m:
+                block(m, n, 1, 1)
+        with f.steps(rows, start=whole_rows) as m, f.steps(whole_cols, TILE) as n:
+            block(m, n, 1, TILE)  # the rows past the tiles
     x.ret_void()
 
 
