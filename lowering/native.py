@@ -317,10 +317,10 @@ class _Sequence:
         llvm = _binding()
         for name, address in addresses.items():
             llvm.add_symbol(name, address)
-        declared, calls = [], []
+        declared, calls = {}, []  # two parts of the same text are one entry, declared once
         for k, part in enumerate(parts):
             if len(part) == 3:  # linked here: the entry by name
-                declared.append(f'declare void @"{part[1]}"(i8*)\n')
+                declared[part[1]] = f'declare void @"{part[1]}"(i8*)\n'
                 calls.append(f'  call void @"{part[1]}"(i8* %args)\n')
             else:
                 calls.append(f"  %f{k} = inttoptr i64 {part[1]} to void (i8*)*\n"
@@ -340,13 +340,15 @@ class _Sequence:
                     + " ".join(f"i64 {k}, label %p{k}" for k in range(last)) + "]\n"
                     + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
                     + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
-        ir = "".join(declared) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
+        ir = "".join(declared.values()) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
         # a few calls: LLVM's quick instruction selection (opt=0) compiles them in a third
         # of the time, and a warm first call compiles one
         target = llvm.Target.from_default_triple().create_target_machine(opt=0)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
+        added = set()
         for part in parts:
-            if len(part) == 3:
+            if len(part) == 3 and part[1] not in added:
+                added.add(part[1])
                 self.engine.add_object_file(llvm.ObjectFileRef.from_data(part[0]))
         self.engine.finalize_object()
         self.parts = [part[0] for part in parts if len(part) == 2]  # linked elsewhere

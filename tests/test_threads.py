@@ -82,6 +82,18 @@ def test_threaded_loops_match_the_interpreter(split, n_threads, rows):
         _check(executable, values, expected)
 
 
+def test_a_threaded_entry_whose_phases_before_and_after_are_alike(split):
+    """A row-wise variance under vmap: the whole program is the tile loop, so the phases
+    before and after it are the same (empty) part, one object that the entry calling the
+    phases links and declares once; called twice, and again from the cache."""
+    split(2)
+    x = np.random.default_rng(6).normal(size=(512, 64))
+    fn = lambda x: qb.vmap(lambda r: qb.var(qb.exp(r)))(x)  # noqa: E731
+    graph, executable, values, expected = _threaded(fn, x)
+    _check(executable, values, expected)
+    _check(compile_graph(graph, {}), values, expected)
+
+
 @pytest.mark.parametrize("n_threads", [2, 3])
 @pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
 def test_threaded_mlp_pinn_gradient(split, n_threads, dtype):
