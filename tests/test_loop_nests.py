@@ -232,13 +232,18 @@ def _costly_sums(x, w):
 
 
 @pytest.mark.parametrize("dtype", [qb.float64, qb.float32])
-def test_sums_along_the_innermost_axis_of_costly_members_get_a_loop_of_their_own(dtype):
+def test_short_sums_along_the_innermost_axis_of_costly_members_get_a_loop_of_their_own(dtype):
+    """Rows of 6 (shorter than ``SUMS_APART``): the log-sum-exp's and the loss's sums move
+    after the group computing exp, logaddexp and log1p; the cheap row sum stays."""
+    from lowering.numba_cpu.groups import SUMS_APART
+
     rng = np.random.default_rng(8)
     graph = _check(_costly_sums, rng.uniform(-1, 1, (40, 9)), rng.uniform(-1, 1, (9, 6)),
                    dtype=dtype)
     nodes = graph.nodes
     together = schedule(graph, {})
-    apart = schedule(graph, {}, sums_apart=True)
+    apart = schedule(graph, {}, sums_apart=SUMS_APART)
+    assert list(map(repr, schedule(graph, {}, sums_apart=6))) == list(map(repr, together))
     for statements in (together, apart):
         assert sorted(m for s in statements if isinstance(s, Group) for m in s.members) == \
             sorted(m for s in together if isinstance(s, Group) for m in s.members)

@@ -138,13 +138,13 @@ class _Plan:
         return -1 if stmt is None else self.pos(stmt) + 1
 
 
-def schedule(graph, phase=None, sums_apart=False):
+def schedule(graph, phase=None, sums_apart=0):
     """Returns the statements in execution order, the tail's ``phase``s last (``tail_phases``,
     computed when None: a CPU entry's graph, cut into parts when long). ``{}`` schedules
     nothing apart: a region's body, whose statements all run in its loop, and a CUDA program,
     compiled whole, fuse as they can. ``sums_apart``: a sum along a group's innermost axis
-    that would keep costly members from vectorising gets a group of its own (``_sums_apart``:
-    the CPU's loops, which run one element at a time while they carry a sum)."""
+    shorter than this that would keep costly members from vectorising gets a group of its own
+    (``_sums_apart``: the CPU's loops)."""
     nodes = graph.nodes
     plan = _Plan()
     last_group = {}  # shape -> the latest group of that shape
@@ -174,7 +174,7 @@ def schedule(graph, phase=None, sums_apart=False):
         plan.insert(max([plan.ready_at(o) for o in node.operands] + [start]), stmt)
         plan.home[nid] = (stmt, False)
     if sums_apart:
-        _sums_apart(nodes, plan)
+        _sums_apart(nodes, plan, sums_apart)
     statements = plan.statements
     _mark_materialized(graph, statements, plan)
     _rematerialize(graph, statements, plan, phase)
@@ -331,15 +331,20 @@ def _can_join(plan, group, node, nodes):
     return True
 
 
-def _sums_apart(nodes, plan):
-    """A loop that carries a sum (any reduction) along its axis runs element by element:
-    vectorising it would reorder the sum. Where such a group also computes members that are
-    not cheap (transcendental functions, divisions: what vectorised code does several times
-    faster), its reductions along the innermost axis move to a group of their own just after
-    it, which reads their operands stored. The members vectorise; each sum keeps its order
-    (a Poisson regression's loss: log, softplus and their derivatives, ~2x faster)."""
+def _sums_apart(nodes, plan, below):
+    """A loop that carries a sum in order (any reduction but a long one, numba_cpu's
+    ``REORDERED_SUMS``) runs element by element, and a short one that is vectorised reduces
+    its vector of partial sums every few elements. Where a group summing along an innermost
+    axis shorter than ``below`` also computes members that are not cheap (transcendental
+    functions, divisions: what vectorised code does several times faster), those reductions
+    move to a group of their own just after it, which reads their operands stored: the
+    members vectorise (a sum of tanh along rows of 20, 1.5x faster). Along a longer axis the
+    sum vectorises with its members, without a store and a load between them (rows of 40 or
+    more: 1.2-1.5x faster than apart)."""
     for group in [s for s in plan.statements if isinstance(s, Group)]:
         last = len(group.shape) - 1
+        if group.shape[last] >= below:
+            continue
         sums = [m for m in group.members
                 if kind(nodes[m]) == "reduction" and last in nodes[m].kw["axes"]]
         if not sums or all(_cheap(nodes[m]) for m in group.members

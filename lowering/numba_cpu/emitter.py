@@ -17,7 +17,7 @@ from ..loopnest.gathers import below, composed, gather_expression
 from ..loopnest.schedule import (Group, Single, TileBegin, TileEnd, kind, last_uses, node_ids,
                                  schedule)
 from ..loopnest.templates import literal, scalar_expression
-from .groups import emit_group
+from .groups import SUMS_APART, emit_group
 from .source import ZERO_BITS, flat_index, node_id
 from .statements import Assign, Code, Loop
 from .table import LOWERINGS
@@ -119,7 +119,7 @@ class Emitter:
         graph = self.graph
         for nid in graph.inputs:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
-        statements = schedule(graph, self.phase, sums_apart=True)
+        statements = schedule(graph, self.phase, sums_apart=SUMS_APART)
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k

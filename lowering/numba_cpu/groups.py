@@ -11,7 +11,8 @@ from quabla.core.primitives import PRIMITIVES
 from ..loopnest.schedule import kind
 from ..loopnest.templates import combine, literal, operand_names, scalar_expression
 
-__all__ = ["emit_group", "reduction_init", "SPLICE_DEPTH", "SPLICE_LENGTH"]
+__all__ = ["emit_group", "reduction_init", "SPLICE_DEPTH", "SPLICE_LENGTH", "REORDERED_SUMS",
+           "SUMS_APART"]
 
 SPLICE_DEPTH = 40
 SPLICE_LENGTH = 2000
@@ -21,6 +22,9 @@ SEGMENTS = 6  # the most loops one loop is split into
 # 400 000-element sum of squares 1.3x faster; of tanh, with its own loop, 1.4x). A shorter
 # one is summed in order, as NumPy sums fewer than eight.
 REORDERED_SUMS = 16
+# Sums along an innermost axis shorter than this get a loop of their own, after the costly
+# members of their group (loopnest/schedule.py's ``_sums_apart``).
+SUMS_APART = 2 * REORDERED_SUMS
 
 
 def emit_group(e, group):
