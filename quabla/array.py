@@ -12,6 +12,7 @@ import operator
 import numpy as np
 
 from . import dtypes as _dt
+from .memory import aligned_copy
 
 __all__ = [
     "Array", "Tensor", "Shape",
@@ -220,7 +221,7 @@ def _finish(value, dtype):
     target = _dt.result_dtype_of_numpy(value.dtype) if dtype is None else _dt.dtype(dtype)
     if value.size == 0:
         raise ValueError(f"zero-extent arrays are not supported (shape {list(value.shape)})")
-    return np.array(value, dtype=target.numpy, order="C", copy=True)
+    return aligned_copy(value, target.numpy)  # a cache line: vectorised loads stay in one
 
 
 def array(obj, dtype=None):

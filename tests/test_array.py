@@ -494,3 +494,28 @@ def test_nested_lists_round_trip(value):
 def test_integers_become_float64(value):
     assert_tensor(qb.array(value), value.astype(np.float64), qb.float64)
     assert_tensor(qb.array(value.tolist()), value.astype(np.float64), qb.float64)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (1000, 3), (512,), (64, 32)])
+def test_array_data_starts_on_a_cache_line(shape):
+    """A Tensor's data of ``ALIGNED_BYTES`` or more starts on a cache line (``quabla.memory``):
+    a vectorised loop's loads do not straddle lines in one process and not in the next. Casts
+    and copies as before, read-only."""
+    from quabla.memory import ALIGNED_BYTES, ALIGNMENT, aligned_empty
+
+    rng = np.random.default_rng(len(shape))
+    for source in (rng.normal(size=shape), rng.integers(0, 5, size=shape), rng.normal(size=shape) > 0):
+        for dtype in (None, qb.float32):
+            t = qb.array(source, dtype) if source.dtype != bool or dtype is None else None
+            if t is None:
+                continue
+            data = t.numpy()
+            assert data.ctypes.data % ALIGNMENT == 0 or data.nbytes < ALIGNED_BYTES
+            assert data.flags.c_contiguous
+            np.testing.assert_array_equal(data, source.astype(data.dtype))
+            assert not np.shares_memory(data, source)
+            with pytest.raises(ValueError):
+                data.flags.writeable = True
+    scratch = aligned_empty((3, 4), np.float32)
+    assert scratch.ctypes.data % ALIGNMENT == 0 and scratch.flags.writeable
+    assert scratch.shape == (3, 4) and scratch.dtype == np.float32

@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from quabla.core.graph import Graph
+from quabla.memory import aligned_copy, aligned_empty
 
 from .. import cache, native
 from . import direct, external, kernel_calls, programs, threads
@@ -226,7 +227,7 @@ def _scratch_sets(buffers, constants):
     """A maker of argument tails: a fresh set of scratch buffers, one per dtype, and the
     ``constants`` after them."""
     def scratch():
-        return tuple(np.empty(size, np.bool_ if name == "bool" else name)
+        return tuple(aligned_empty(size, np.bool_ if name == "bool" else name)
                      for name, size in buffers) + constants
     return scratch
 
@@ -248,9 +249,7 @@ def _prepare(graph, n_threads, program):
 
 
 def _keyed(sources, constants, buffers, phases):
-    constants = [np.ascontiguousarray(c) for c in constants]
-    for c in constants:
-        c.flags.writeable = False
+    constants = [aligned_copy(c) for c in constants]  # read-only
     keys = [cache.entry_key(source) for source in sources]
     return keys, sources, constants, buffers, phases
 
