@@ -250,12 +250,12 @@ def _tail_copies(graph, phase):
     for nid, node in enumerate(graph.nodes):
         if phase.get(nid) != 2:
             continue
-        reads = [o for o in node.operands if o not in phase and o in from_inputs
-                 and 0 < len(cone(o, set())) <= REMAT_CONE]
+        cones = {o: cone(o, set()) for o in node.operands if o not in phase and o in from_inputs}
+        reads = {o: made for o, made in cones.items() if 0 < len(made) <= REMAT_CONE}
         if not reads:
             continue
-        for o in reads:
-            for c in sorted(cone(o, set()) - set(copies)):  # operands first: in node order
+        for made in reads.values():
+            for c in sorted(made - copies.keys()):  # operands first: in node order
                 old = nodes[c]
                 nodes.append(Node(old.op, tuple(copies.get(a, a) for a in old.operands),
                                   old.params, old.shape, old.dtype, old.weak))

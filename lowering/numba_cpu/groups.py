@@ -149,8 +149,8 @@ def reduction_step(e, node, nid, group, idx, depth):
     value = e.read(node.operands[0], group, idx)
     target = f"v{nid}" if node.shape == () else (
         e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
-    step = (f"_sum_add({target}, {value})"
-            if node.op == "reduce_sum" and group.shape[-1] >= REORDERED_SUMS
+    along = len(group.shape) - 1 in axes and group.shape[-1] >= REORDERED_SUMS
+    step = (f"_sum_add({target}, {value})" if node.op == "reduce_sum" and along
             else combine(node.op, target, value))
     e.assign(target, step, depth)
 

@@ -93,7 +93,7 @@ def _where(typingctx, test, x, y):
 @intrinsic
 def _sum_add(typingctx, x, y):
     """``x + y``, one add of a sum that LLVM may reorder (``reassoc``): the loop vectoriser
-    then keeps the sum's partial sums in vector lanes (loopnest's ``combine``)."""
+    then keeps the sum's partial sums in vector lanes (``groups.reduction_step``)."""
     out = typingctx.unify_pairs(x, y)
     if not isinstance(out, types.Float):
         return None
