@@ -110,8 +110,8 @@ TRANSCENDENTAL = [
 def test_vectorisable_transcendentals_in_loops_and_libm_for_one_element(
         fn, exact, ranges, ulps, dtype):
     """A loop of them vectorises (``_exp``, ``_log``, ``_log1p``, ``_softplus``: no call), also
-    one whose values are summed (the sum gets a loop of its own); one element computed on its
-    own calls libm (the ``serial`` template, ``math.exp``, ``_libm_log``...): all within their
+    one that sums them (its adds reordered, partial sums in vector lanes); one element computed
+    on its own calls libm (the ``serial`` template, ``math.exp``, ``_libm_log``...): all within their
     bound, subnormals included."""
     rng = np.random.default_rng(12)
     mapped = qb.jit(lambda x: fn(x))
