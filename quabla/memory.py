@@ -25,7 +25,7 @@ def aligned_empty(shape, dtype):
     shape = tuple(shape) if np.ndim(shape) else (int(shape),)
     size = math.prod(shape) * dtype.itemsize
     raw = np.empty(size + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
+    start = -raw.__array_interface__["data"][0] % ALIGNMENT  # half ``ctypes.data``'s cost
     return raw[start:start + size].view(dtype).reshape(shape)
 
 

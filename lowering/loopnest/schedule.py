@@ -182,16 +182,16 @@ def schedule(graph, phase=None, sums_apart=0):
     return _tile(graph, statements, plan, phase)
 
 
-def tail_phases(graph):
+def tail_phases(graph, from_inputs=None):
     """The nodes scheduled last, by phase: 1 for the tail, what reaches the outputs through
     elementwise and scalar arithmetic alone (the sums that make each gradient,
     quabla/transforms/vjp.py); 2 for the part of it computed from inputs and constants
     alone (reductions included: a penalty on the parameters) and what reads that. A term an
     edit adds that only the outputs need (an L2 penalty, its gradient) falls in phase 2: the
     statements before it keep their names and scratch slots, and so their compiled parts
-    (numba_cpu/parts.py)."""
+    (numba_cpu/parts.py). ``from_inputs``: ``_from_inputs``'s set, when the caller has it."""
     nodes = graph.nodes
-    from_inputs = _from_inputs(nodes)
+    from_inputs = _from_inputs(nodes) if from_inputs is None else from_inputs
     readers = {}
     for nid, node in enumerate(nodes):
         for o in node.operands:
@@ -227,7 +227,7 @@ def _from_inputs(nodes):
     return found
 
 
-def _tail_copies(graph, phase):
+def _tail_copies(graph, phase, from_inputs):
     """``(graph, phase, place)``: ``graph`` where the tail's last phase computes again each
     value it reads from before the tail that inputs and constants alone make (in a cone of at
     most ``REMAT_CONE`` nodes), the copies added after every node, each placed (``place``) just
@@ -235,7 +235,6 @@ def _tail_copies(graph, phase):
     ``b . b`` is then the tail's: the statements before the tail are those of the program
     without the edit, which would otherwise hand the value over and so change."""
     nodes = list(graph.nodes)
-    from_inputs = _from_inputs(nodes)
 
     def cone(nid, seen):
         node = nodes[nid]
@@ -279,7 +278,8 @@ def tail_last(graph):
     it depends on what else uses it (an edit's term that needs a 2 first makes the 2 that the
     rest of the program reads), where its reader is does not. The last phase computes again
     what it would read from before the tail that inputs alone make (``_tail_copies``)."""
-    graph, phase, place = _tail_copies(graph, tail_phases(graph))
+    from_inputs = _from_inputs(graph.nodes)  # the tail's phases and its copies both ask
+    graph, phase, place = _tail_copies(graph, tail_phases(graph, from_inputs), from_inputs)
     for k, node in enumerate(graph.nodes):
         for o in node.operands:
             if o not in place and graph.nodes[o].op == "constant" \
