@@ -189,7 +189,9 @@ def tail_phases(graph, from_inputs=None):
     alone (reductions included: a penalty on the parameters) and what reads that. A term an
     edit adds that only the outputs need (an L2 penalty, its gradient) falls in phase 2: the
     statements before it keep their names and scratch slots, and so their compiled parts
-    (numba_cpu/parts.py). ``from_inputs``: ``_from_inputs``'s set, when the caller has it."""
+    (numba_cpu/parts.py). A view of an input, or a value constants alone make, takes the
+    phase of its first reader. ``from_inputs``: ``_from_inputs``'s set, when the caller has
+    it."""
     nodes = graph.nodes
     from_inputs = _from_inputs(nodes) if from_inputs is None else from_inputs
     readers = {}
@@ -205,13 +207,25 @@ def tail_phases(graph, from_inputs=None):
                 and (_fusible_or_scalar(node) or node.op == "constant") \
                 and (kind(node) != "reduction" or nid in from_inputs):
             tail.add(nid)
+    computes = set()  # arithmetic on inputs, not only their views or constants
+    for nid in sorted(from_inputs):
+        node = nodes[nid]
+        if node.op not in ("input", "constant") and any(
+                nodes[o].op == "input" or o in computes for o in node.operands) and (
+                kind(node) != "index_map" or any(o in computes for o in node.operands)):
+            computes.add(nid)
     phase = {}
     for nid in sorted(tail):
         node = nodes[nid]
-        if node.op != "constant":
-            phase[nid] = 2 if nid in from_inputs or any(
-                phase.get(o) == 2 for o in node.operands) else 1
-    for nid in tail - set(phase):  # a constant: in the first phase that reads it
+        if node.op == "constant":
+            continue
+        if nid in computes or any(phase.get(o) == 2 for o in node.operands):
+            phase[nid] = 2
+        elif nid not in from_inputs:
+            phase[nid] = 1
+    for nid in sorted(tail - set(phase), reverse=True):
+        # a constant, a view of an input or what constants alone make: in the first phase
+        # that reads it (``1 - tanh(x) ** 2``'s 1 is the derivative's, not a penalty's)
         phase[nid] = min((phase[r] for r in readers.get(nid, ())), default=2)
     return phase
 

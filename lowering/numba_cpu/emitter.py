@@ -42,6 +42,42 @@ def _held(graph, phase):
             and math.prod(graph.nodes[o].shape) <= HELD_ELEMENTS}
 
 
+def _updated_in_place(graph, phase):
+    """``{value: k}``: for each output ``k`` of the tail's last phase that adds terms of that
+    phase to one value computed before it (an L2 penalty's gradient added to a gradient), that
+    value, computed into result ``k`` and updated there in place: the statements before the
+    last phase are then those of the program without the term, where the value is result
+    ``k`` itself. Small results are held instead (``_held``)."""
+    nodes, found = graph.nodes, {}
+    readers = {}
+    for nid in node_ids(graph):
+        for o in nodes[nid].operands:
+            readers.setdefault(o, set()).add(nid)
+    outputs = set(graph.outputs)
+    for k, o in enumerate(graph.outputs):
+        if phase.get(o, 0) != 2 or math.prod(nodes[o].shape) <= HELD_ELEMENTS:
+            continue
+        node, chain = nodes[o], o
+        while nodes[chain].op == "add" and phase.get(chain) == 2:
+            late = [x for x in nodes[chain].operands if phase.get(x, 0) == 2]
+            early = [x for x in nodes[chain].operands if phase.get(x, 0) != 2]
+            if len(early) == 1 and len(late) == 1:
+                v = early[0]
+                if (nodes[v].shape, nodes[v].dtype) == (node.shape, node.dtype) \
+                        and nodes[v].op not in ("input", "constant") and v not in outputs \
+                        and v not in found and all(phase.get(r, 0) != 2 or r == chain
+                                                   for r in readers.get(v, ())):
+                    found[v] = k
+                break
+            if len(late) != 2 or nodes[late[0]].op == "add" == nodes[late[1]].op:
+                break
+            chain = next((x for x in late if nodes[x].op == "add"
+                          and nodes[x].shape == node.shape), None)
+            if chain is None or len(readers.get(chain, ())) != 1:
+                break
+    return found
+
+
 class Emitter:
     """Emits the statements of ``graph`` (the entry's, or a region's sub-graph inside its loop
     or branch: ``parent`` is then the emitter of the enclosing graph, whose lines, constants
@@ -64,6 +100,9 @@ class Emitter:
         for k, o in enumerate(graph.outputs):
             if o not in held:
                 self.results.setdefault(o, k)
+        if self.entry:
+            for v, k in _updated_in_place(graph, self.phase).items():
+                self.results[v] = k
         self.result_of = {}  # variable -> index of the result array it is (a view of)
         # non-scalar constant arrays, in the argument tuple after the results
         self.constants = parent.constants if parent else []
@@ -123,7 +162,9 @@ class Emitter:
         self.last_use = last_uses(graph, statements)
         for k, stmt in enumerate(statements):
             self.now = k
-            if self.entry and self.tile is None and not isinstance(stmt, TileEnd):
+            if self.entry and self.tile is None and not isinstance(stmt, TileEnd) and not (
+                    isinstance(stmt, Single) and self.nodes[stmt.nid].op == "constant"):
+                # (a tail's constants go ahead of a tile loop that reads them: not its start)
                 now = self.phase.get(stmt.nid if isinstance(stmt, Single) else
                                      stmt.members[0] if isinstance(stmt, Group) else None, 0)
                 self.phase_items.setdefault(now, len(self.code.items))

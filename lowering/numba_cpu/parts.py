@@ -29,13 +29,14 @@ __all__ = ["PART_LINES", "TAIL_HEAD_LINES", "split"]
 
 # How many statements later a cut is tried where what follows it cannot be handed over.
 SHIFTS = 4
-# Rendered lines per part, about; an entry below twice this is cut only before its tail, and
-# only if at least a quarter of this comes before it (a part costs a few ms of LLVM and
-# linking of its own, and a cut a store and a load per value crossing it).
+# Rendered lines per part, about; an entry below twice this is cut only before its tail (if
+# at least a quarter of this comes before it) and before the tail's last phase (if at least
+# TAIL_HEAD_LINES of its part come first): a part costs a few ms of LLVM and linking of its
+# own, and a cut a store and a load per value crossing it.
 PART_LINES = 160
-# A threaded entry's work after its tile loop is two parts, the last phase of its tail alone,
-# where at least this many lines of it come first: an added term then recompiles the last
-# part only (mlp_hvp's edit: 64 new lines, not 112), and the first part stays in the cache.
+# The last phase of an entry's tail (a threaded entry's: of its work after the tile loop) is
+# a part of its own where at least this many lines of its part come first: an added term then
+# recompiles the last part only (mlp_hvp's edit: 64 new lines, not 112).
 TAIL_HEAD_LINES = PART_LINES // 16
 
 
@@ -43,15 +44,18 @@ def split(e, graph, items, part_lines=None):
     """``items`` (an entry's top-level statements) as a list of part bodies, each with the
     statements that hand over what it reads from the parts before it first and the stores
     of what the parts after it read last; ``[items]`` for an entry too short to cut or with
-    no place to cut (a short entry is cut before its tail alone: an added loss term then
-    recompiles the tail's part only)."""
+    no place to cut (a short entry is cut before its tail and before its tail's last phase:
+    an added loss term then recompiles the last part only)."""
     size = part_lines or PART_LINES
     lengths = [len(render([item])) for item in items]
     phases = sorted(k for phase, k in e.phase_items.items() if phase and 0 < k < len(items))
     if sum(lengths) < 2 * size:  # a short entry: its tail alone, after a long enough head
-        if not phases or sum(lengths[:phases[0]]) < size // 4:
+        cuts = [k for k in phases[:1] if sum(lengths[:k]) >= size // 4]
+        # and the tail's last phase alone (an added penalty's), after enough of the tail
+        cuts += [k for k in phases[1:] if sum(lengths[cuts[-1] if cuts else 0:k])
+                 >= TAIL_HEAD_LINES]
+        if not cuts:
             return [items]
-        cuts = [phases[0]]
     else:
         cuts = [k for k in _candidate_cuts(items, lengths, size, phases)
                 if not _continues(items[k])]
