@@ -348,12 +348,28 @@ def _grew(added, bound):
         size, scanned = map(int, _read(path, _UID).split())
     except (AttributeError, ValueError):  # missing, or not a ledger
         size, scanned = None, 0
+    read = size is not None
     now = time.time_ns()
     if size is None or size + added > bound or not 0 <= now - scanned <= RESCAN_SECONDS * 10**9:
         size, scanned = _evict(bound), now
     else:
         size += added
-    _replace(path, f"{size} {scanned}".encode())
+    data = f"{size:020d} {scanned:020d}".encode()  # one length: written over in place
+    if read and os.path.exists(path):
+        _overwrite(path, data)
+    else:
+        _replace(path, data)
+
+
+def _overwrite(path, data):
+    """Write ``data`` over the start of the file at ``path``, which the caller read as this
+    user's under the lock. Renaming a new file over an existing one makes ext4 write the new
+    file's blocks out first (``auto_da_alloc``): 0.1-5 ms each time an entry is stored."""
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
 
 
 def max_bytes():

@@ -519,3 +519,55 @@ def test_array_data_starts_on_a_cache_line(shape):
     scratch = aligned_empty((3, 4), np.float32)
     assert scratch.ctypes.data % ALIGNMENT == 0 and scratch.flags.writeable
     assert scratch.shape == (3, 4) and scratch.dtype == np.float32
+
+
+def test_the_collector_is_paused_while_a_program_is_staged_and_compiled():
+    """Tracing and compiling a program run with Python's cyclic garbage collector paused
+    (``quabla.memory.collection_paused``), which resumes after, also after an error; paused
+    in two threads at once, it resumes when the last one leaves; a collector the user turned
+    off stays off."""
+    import gc
+    import threading
+
+    from quabla.memory import collection_paused
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        seen = []
+
+        def f(x):
+            seen.append(gc.isenabled())
+            return x * 2.0
+
+        qb.jit(f)(qb.array([1.0, 2.0]))
+        assert seen == [False] and gc.isenabled()
+
+        def bad(x):
+            raise ValueError("not this one")
+
+        with pytest.raises(ValueError):
+            qb.jit(bad)(qb.array([1.0]))
+        assert gc.isenabled()
+        inside, release = threading.Event(), threading.Event()
+
+        def hold():
+            with collection_paused():
+                inside.set()
+                release.wait()
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        inside.wait()
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the other thread is still inside
+        release.set()
+        thread.join()
+        assert gc.isenabled()
+        gc.disable()
+        with collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -83,14 +83,18 @@ def test_bound_is_respected_after_every_write(private, monkeypatch):
 
 
 def test_writes_count_the_size_instead_of_scanning_the_directory(private, monkeypatch):
-    """A write costs one small file, not a look at every entry; a missing, unreadable or
-    hour-old ledger, or a write past the bound, counts the directory again."""
+    """A write costs one small file written over in place, not a look at every entry; a
+    missing, unreadable or hour-old ledger, or a write past the bound, counts the directory
+    again."""
     scans = []
     scan = cache._scan
     monkeypatch.setattr(cache, "_scan", lambda: scans.append(1) or scan())
-    keys = [_fake(private, f"s{i}") for i in range(10)]
+    keys = [_fake(private, f"s{i}") for i in range(9)]
     assert len(scans) == 1  # the first write: no ledger yet
     ledger = private / "qb_size"
+    inode = ledger.stat().st_ino
+    keys.append(_fake(private, "s9"))
+    assert ledger.stat().st_ino == inode  # written over in place, not renamed over
     size, scanned = map(int, ledger.read_text().split())
     assert size == _size(private)
     ledger.write_text(f"{size} {scanned - (cache.RESCAN_SECONDS + 1) * 10**9}")

@@ -8,7 +8,6 @@ copy of the machine code, freed with the last executable that uses it.
 """
 
 import contextlib
-import gc
 import math
 import os
 import re
@@ -21,7 +20,7 @@ import types
 import numpy as np
 
 from quabla.core.graph import Graph
-from quabla.memory import aligned_copy, aligned_empty
+from quabla.memory import aligned_copy, aligned_empty, collection_paused
 
 from .. import cache, native
 from . import direct, external, kernel_calls, programs, threads
@@ -103,7 +102,7 @@ def numba_entry(key, source, path):
         external.prefetch(source)  # needed when the object is linked (native.load)
     module = types.ModuleType(f"quabla_cache.{key}")
     module.__file__ = path  # Numba's messages and tracebacks quote the stored source
-    with _deep_recursion(), _no_collection():
+    with _deep_recursion(), collection_paused():
         exec(compile(source, path, "exec"), module.__dict__)  # the decorator compiles the entry
     return getattr(module, FUNCTION_NAME)
 
@@ -119,21 +118,6 @@ def _deep_recursion(limit=COMPILE_RECURSION_LIMIT):
         yield
     finally:
         sys.setrecursionlimit(old)
-
-
-@contextlib.contextmanager
-def _no_collection():
-    """Python's cyclic garbage collector paused: Numba's first compile in a process imports and
-    builds millions of long-lived objects, and each full collection while it runs walks them
-    all (30-60 ms, several per large entry: a tenth of a cold first call). The compile's
-    garbage is collected as usual afterwards."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class NativeExecutable:

@@ -23,6 +23,7 @@ from ..array import Tensor, adopt
 from ..core.tracing import current_frames
 from ..errors import RetraceWarning, TracerError
 from ..lower import compile_graph, compile_in_background
+from ..memory import collection_paused
 from ..random import Key
 from ..transforms import inline
 from .aot import CallSignature, Lowered
@@ -257,9 +258,10 @@ class Staged:
                 return flight.entry, None
             # the first thread spliced its staging into its own trace: stage for this one
         try:
-            staged = self._stage(treedef, parts, leaves)
-            if not staged[2]:
-                flight.entry = self._compile(key, treedef, parts, staged)
+            with collection_paused():
+                staged = self._stage(treedef, parts, leaves)
+                if not staged[2]:
+                    flight.entry = self._compile(key, treedef, parts, staged)
             return flight.entry, staged
         except Exception as exc:
             flight.error = exc
