@@ -23,13 +23,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WAIT_S = 300  # a cold worker imports Quabla and Numba and compiles; the machine may be loaded
 
 
-def _program(offset):
+_MIX = np.random.default_rng(2).normal(size=(5, 5)) / 3.0
+
+
+def _program(offset, layers=0):
     """A small program whose constant makes its cache key new in every test run; its second
-    output is a transposed view, which a Tensor must still hold C-contiguous."""
+    output is a transposed view, which a Tensor must still hold C-contiguous. ``layers`` more
+    products make it slow to compile (a worker killed while it compiles)."""
     offset = float(offset)
 
     def program(x, w):
         h = qb.tanh(x @ w + offset)
+        for _ in range(layers):
+            h = qb.tanh(h @ qb.array(_MIX) + offset)
         return qb.sum(h * h) / 3.0, h.T
 
     return program
@@ -40,8 +46,10 @@ def _args():
     return qb.array(rng.normal(size=(4, 3))), qb.array(rng.normal(size=(3, 5)))
 
 
-def _reference(x, w, offset):
+def _reference(x, w, offset, layers=0):
     h = np.tanh(np.asarray(x) @ np.asarray(w) + offset)
+    for _ in range(layers):
+        h = np.tanh(h @ _MIX + offset)
     return np.sum(h * h) / 3.0, h.T
 
 
@@ -64,8 +72,8 @@ def _messages(caplog):
     return [r.getMessage() for r in caplog.records if r.name == "quabla"]
 
 
-def _check(out, x, w, offset):
-    value, ht = _reference(x, w, offset)
+def _check(out, x, w, offset, layers=0):
+    value, ht = _reference(x, w, offset, layers)
     np.testing.assert_allclose(np.asarray(out[0]), value, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.asarray(out[1]), ht, rtol=1e-12, atol=1e-12)
     assert np.asarray(out[1]).flags.c_contiguous
@@ -108,11 +116,13 @@ def test_interpreter_answers_first_then_native_code(caplog):
 
 
 def test_killed_worker_leaves_no_entry_and_compiles_in_process(caplog):
+    """(The worker is killed just after the first call: its program is one a worker that
+    imported the compiler for an earlier test still takes long to compile.)"""
     caplog.set_level(logging.INFO, logger="quabla")
-    offset = _offset() + 0.5
-    f = qb.jit(_program(offset), compile="background")
+    offset, layers = _offset() + 0.5, 40
+    f = qb.jit(_program(offset, layers), compile="background")
     x, w = _args()
-    _check(f(x, w), x, w, offset)
+    _check(f(x, w), x, w, offset, layers)
     background = _background(f)
     background.worker.kill()
     assert background.worker.wait(timeout=60) != 0
@@ -120,17 +130,17 @@ def test_killed_worker_leaves_no_entry_and_compiles_in_process(caplog):
     deadline = time.monotonic() + 60
     while not any("left no cache entry" in m for m in _messages(caplog)):
         assert time.monotonic() < deadline, "the dead worker went unnoticed"
-        _check(f(x, w), x, w, offset)
+        _check(f(x, w), x, w, offset, layers)
         assert _background(f) is background
         time.sleep(0.01)
     assert _entry_files(background.graph) == [], "a killed worker left a partial entry"
     assert load_cached(background.graph) is None
     # the next call compiles in-process and runs native code from then on
-    _check(f(x, w), x, w, offset)
+    _check(f(x, w), x, w, offset, layers)
     assert _background(f) is None
     assert any("in-process" in m for m in _messages(caplog))
     assert load_cached(background.graph) is not None
-    _check(f(x, w), x, w, offset)
+    _check(f(x, w), x, w, offset, layers)
 
 
 def test_threads_missing_a_signature_share_one_worker(caplog):
