@@ -121,20 +121,43 @@ def exposed(items, bound=frozenset()):
     ``items``), given the names ``bound`` already. Only top-level assignments bind for the
     statements after them: a loop may not run and a block may not be taken, so what they bind
     counts inside them only (in order: a loop-carried read is exposed)."""
-    found, bound = set(), set(bound)
+    found = set()
+    _exposed(items, set(bound), found)
+    return found
+
+
+def _exposed(items, bound, found):
+    """``exposed``'s walk: ``bound`` grows by what ``items`` bind and is restored on return
+    (one set for the whole tree: a copy per nested loop was quadratic in a deep entry)."""
+    added = []
+
+    def read(text):
+        found.update(name for name in _NAME.findall(text) if name not in bound)
+
+    def bind(name):
+        if name not in bound:
+            bound.add(name)
+            added.append(name)
+
     for item in items:
         if isinstance(item, Assign):
-            found |= set(_NAME.findall(item.value)) - bound
-            bound.update(item.targets)
+            read(item.value)
+            for name in item.targets:
+                bind(name)
         elif isinstance(item, Loop):
-            found |= set(_NAME.findall(f"{item.start} {item.stop} {item.step}")) - bound
-            found |= exposed(item.body, bound | {item.var})
+            read(f"{item.start} {item.stop} {item.step}")
+            counter = item.var not in bound
+            bound.add(item.var)
+            _exposed(item.body, bound, found)
+            if counter:
+                bound.discard(item.var)
         elif isinstance(item, Block):
-            found |= set(_NAME.findall(item.header)) - bound
-            found |= exposed(item.body, bound)
+            read(item.header)
+            _exposed(item.body, bound, found)
         else:
-            found |= set(_NAME.findall(str(item))) - bound
-    return found
+            read(str(item))
+    for name in added:
+        bound.discard(name)
 
 
 def _repeats(items):
