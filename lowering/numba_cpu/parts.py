@@ -146,5 +146,4 @@ def _canonical(lines):
                 names[word] = f"x{len(names)}"
     if not names:
         return lines
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    return [pattern.sub(lambda m: names[m.group(1)], line) for line in lines]
+    return [_WORD.sub(lambda m: names.get(m.group(0), m.group(0)), line) for line in lines]
