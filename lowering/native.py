@@ -10,7 +10,6 @@ Each distinct object is linked once, by an engine of its own, and freed with its
 """
 
 import ctypes
-import ctypes.util
 import hashlib
 import importlib.util
 import os
@@ -256,13 +255,26 @@ def _address(name):
     if name.startswith("NRT_") and name not in _NRT_STANDINS:
         raise LoadError(f"needs Numba's runtime ({name})")
     if not _libraries:
-        _libraries.extend([ctypes.PyDLL(None), ctypes.CDLL(ctypes.util.find_library("m"))])
+        _libraries.extend([ctypes.PyDLL(None), _libm()])
     for library in _libraries:
         try:
             return ctypes.cast(getattr(library, _NRT_STANDINS.get(name, name)), ctypes.c_void_p).value
         except AttributeError:
             continue
     raise LoadError(f"unknown symbol {name}")
+
+
+def _libm():
+    """The C maths library, by its usual names first: ``ctypes.util.find_library`` imports
+    ``subprocess`` and asks ``ldconfig`` (4 ms of every process that links an entry)."""
+    for name in ("libm.so.6", "libm.dylib"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    from ctypes.util import find_library
+
+    return ctypes.CDLL(find_library("m"))
 
 
 class _Linked:

@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -467,6 +466,8 @@ def _compile_in_parallel(todo):
                     _COMPILED.add(len(share))
                 break
             if time.monotonic() > deadline:
+                import signal  # (only here: 1 ms of every process's import)
+
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 break
