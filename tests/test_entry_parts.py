@@ -239,21 +239,45 @@ def _short(rng):
     return qb.value_and_grad, nll, (qb.array(0.1 * rng.normal(size=8)),)
 
 
-@pytest.mark.parametrize("program", [_per_example, _tiled, _short],
-                         ids=["per-example", "tiled", "short"])
+def _hessian(rng):
+    """The dense Hessian of a chain of springs with cosine couplings: every value of the
+    program is computed from its input alone, and its Hessian has a constant part (the
+    springs'), to which the penalty's Hessian, a constant too, is added."""
+    def f(x):
+        return qb.sum(qb.cos(x[1:] * x[:-1])) + 0.5 * qb.sum((x[1:] - x[:-1]) ** 2)
+    return qb.hessian, f, (qb.array(rng.uniform(-1.0, 1.0, 24)),)
+
+
+def _sliced(rng):
+    """A least-squares fit; the edit's penalty is on a slice of the parameters (a view of an
+    input, then arithmetic on it)."""
+    X = qb.array(rng.normal(size=(200, 6)))
+    y = qb.array(rng.normal(size=200))
+
+    def loss(w):
+        r = X @ w - y
+        return qb.mean(r * r) + 0.1 * qb.sum(qb.abs(w[1:]) ** 3)
+    return qb.value_and_grad, loss, (qb.array(rng.normal(size=6)),), lambda w: w[2:]
+
+
+@pytest.mark.parametrize("program", [_per_example, _tiled, _short, _hessian, _sliced],
+                         ids=["per-example", "tiled", "short", "hessian", "sliced"])
 def test_an_added_penalty_changes_only_the_last_part(program):
-    """The edit adds an L2 penalty on the first argument. Its gradient is added to results
-    the original computes in place (large ones are then updated in place,
+    """The edit adds an L2 penalty on the first argument (on a slice of it). Its gradient is
+    added to results the original computes in place (large ones are then updated in place,
     ``emitter._updated_in_place``); ``1 - tanh ** 2``'s 1 and a view of an input belong to
-    the phase that reads them (``schedule.tail_phases``); a tail constant that goes ahead of
-    a tile loop does not start the tail; a short entry's last phase is a part of its own.
-    So every part but the last is the original's, and both programs give the interpreter's
-    results, called twice."""
-    transform, loss, args = program(np.random.default_rng(8))
+    the phase that reads them, arithmetic on a view to the penalty's
+    (``schedule.tail_phases``); the penalty's Hessian, a constant added last to a Hessian
+    with a constant part, is a last phase of its own with that part; a tail constant that
+    goes ahead of a tile loop does not start the tail; a short entry's last phase is a part
+    of its own. So every part but the last is the original's, and both programs give the
+    interpreter's results, called twice."""
+    transform, loss, args, *view = program(np.random.default_rng(8))
     weight = 1e-3 * _fresh_factor()
+    view = view[0] if view else (lambda leaf: leaf)
 
     def edited(first, *rest):
-        return loss(first, *rest) + weight * sum(qb.sum(leaf * leaf)
+        return loss(first, *rest) + weight * sum(qb.sum(view(leaf) * view(leaf))
                                                  for leaf in qb.tree.leaves(first))
 
     fns = [qb.jit(transform(f)) for f in (loss, edited)]

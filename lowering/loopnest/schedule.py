@@ -207,12 +207,15 @@ def tail_phases(graph, from_inputs=None):
                 and (_fusible_or_scalar(node) or node.op == "constant") \
                 and (kind(node) != "reduction" or nid in from_inputs):
             tail.add(nid)
-    computes = set()  # arithmetic on inputs, not only their views or constants
+    views, computes = set(), set()  # inputs and their views; arithmetic on those
     for nid in sorted(from_inputs):
         node = nodes[nid]
-        if node.op not in ("input", "constant") and any(
-                nodes[o].op == "input" or o in computes for o in node.operands) and (
-                kind(node) != "index_map" or any(o in computes for o in node.operands)):
+        if node.op == "input" or kind(node) == "index_map" and all(
+                o in views for o in node.operands):
+            views.add(nid)
+        elif node.op != "constant" and any(o in computes or (o in views and kind(node) !=
+                                                             "index_map")
+                                           for o in node.operands):
             computes.add(nid)
     phase = {}
     for nid in sorted(tail):
@@ -223,11 +226,40 @@ def tail_phases(graph, from_inputs=None):
             phase[nid] = 2
         elif nid not in from_inputs:
             phase[nid] = 1
+    for nid in _constant_terms(graph, phase, from_inputs - computes - views, readers):
+        phase[nid] = 3
     for nid in sorted(tail - set(phase), reverse=True):
         # a constant, a view of an input or what constants alone make: in the first phase
         # that reads it (``1 - tanh(x) ** 2``'s 1 is the derivative's, not a penalty's)
         phase[nid] = min((phase[r] for r in readers.get(nid, ())), default=2)
     return phase
+
+
+def _constant_terms(graph, phase, constants, readers):
+    """The nodes that add constants last into a result computed from inputs alone (the
+    tail's phase 2 otherwise: a Hessian of a function of the inputs), through index maps (its
+    transpose), from the first such add on, each read by the next alone: the Hessian of a
+    quadratic penalty is such a constant. They are the tail's last phase (3), so the
+    statements before them are those of the program without the term. ``constants``: the
+    tail's values constants alone make."""
+    nodes, found = graph.nodes, []
+    for o in graph.outputs:
+        chain, n, last = [], o, 0
+        while n in phase and (n == o or readers.get(n) == [chain[-1]]):
+            node = nodes[n]
+            terms = [x for x in node.operands if x in constants]
+            if node.op == "add" and len(terms) == 1 and len(node.operands) == 2:
+                chain.append(n)
+                last = len(chain)
+                n = next(x for x in node.operands if x not in terms)
+            elif kind(node) == "index_map" and len(node.operands) == 1:
+                chain.append(n)
+                n = node.operands[0]
+            else:
+                break
+        if phase.get(n) == 2:
+            found += chain[:last]
+    return found
 
 
 def _from_inputs(nodes):

@@ -43,11 +43,12 @@ def _held(graph, phase):
 
 
 def _updated_in_place(graph, phase):
-    """``{value: k}``: for each output ``k`` of the tail's last phase that adds terms of that
-    phase to one value computed before it (an L2 penalty's gradient added to a gradient), that
-    value, computed into result ``k`` and updated there in place: the statements before the
-    last phase are then those of the program without the term, where the value is result
-    ``k`` itself. Small results are held instead (``_held``)."""
+    """``{value: k}``: for each output ``k`` of the tail's last phases (``schedule.tail_phases``:
+    2 and 3) that adds terms of those phases to one value computed before them (an L2
+    penalty's gradient added to a gradient), that value, computed into result ``k`` and
+    updated there in place: the statements before those phases are then those of the program
+    without the terms, where the value is result ``k`` itself. Small results are held instead
+    (``_held``)."""
     nodes, found = graph.nodes, {}
     readers = {}
     for nid in node_ids(graph):
@@ -55,17 +56,17 @@ def _updated_in_place(graph, phase):
             readers.setdefault(o, set()).add(nid)
     outputs = set(graph.outputs)
     for k, o in enumerate(graph.outputs):
-        if phase.get(o, 0) != 2 or math.prod(nodes[o].shape) <= HELD_ELEMENTS:
+        if phase.get(o, 0) < 2 or math.prod(nodes[o].shape) <= HELD_ELEMENTS:
             continue
         node, chain = nodes[o], o
-        while nodes[chain].op == "add" and phase.get(chain) == 2:
-            late = [x for x in nodes[chain].operands if phase.get(x, 0) == 2]
-            early = [x for x in nodes[chain].operands if phase.get(x, 0) != 2]
+        while nodes[chain].op == "add" and phase.get(chain, 0) >= 2:
+            late = [x for x in nodes[chain].operands if phase.get(x, 0) >= 2]
+            early = [x for x in nodes[chain].operands if phase.get(x, 0) < 2]
             if len(early) == 1 and len(late) == 1:
                 v = early[0]
                 if (nodes[v].shape, nodes[v].dtype) == (node.shape, node.dtype) \
                         and nodes[v].op not in ("input", "constant") and v not in outputs \
-                        and v not in found and all(phase.get(r, 0) != 2 or r == chain
+                        and v not in found and all(phase.get(r, 0) < 2 or r == chain
                                                    for r in readers.get(v, ())):
                     found[v] = k
                 break
@@ -93,7 +94,7 @@ class Emitter:
         self.results = {}    # output node -> the index of the first result it is
         self.entry = parent is None  # the entry's own graph, not a region's
         self.phase = (phase or {}) if self.entry else {}  # node -> its phase of the tail
-        # the index of the first top-level item of each phase (0: before the tail, 1, 2: the
+        # the index of the first top-level item of each phase (0: before the tail, 1-3: the
         # tail's; the last begins with the copies of the results at the latest)
         self.phase_items = {}
         held = _held(graph, self.phase) if self.entry else set()
@@ -160,14 +161,21 @@ class Emitter:
             self.shapes[f"v{nid}"] = tuple(graph.nodes[nid].shape)
         statements = schedule(graph, self.phase, sums_apart=SUMS_APART)
         self.last_use = last_uses(graph, statements)
+        constants = None  # (phase, first item) of the constants just emitted
         for k, stmt in enumerate(statements):
             self.now = k
-            if self.entry and self.tile is None and not isinstance(stmt, TileEnd) and not (
-                    isinstance(stmt, Single) and self.nodes[stmt.nid].op == "constant"):
-                # (a tail's constants go ahead of a tile loop that reads them: not its start)
+            if self.entry and self.tile is None and not isinstance(stmt, TileEnd):
                 now = self.phase.get(stmt.nid if isinstance(stmt, Single) else
                                      stmt.members[0] if isinstance(stmt, Group) else None, 0)
-                self.phase_items.setdefault(now, len(self.code.items))
+                if isinstance(stmt, Single) and self.nodes[stmt.nid].op == "constant":
+                    if constants is None or constants[0] != now:
+                        constants = (now, len(self.code.items))
+                else:  # a phase begins with its constants just before it, not with those
+                    # that go ahead of a tile loop that reads them
+                    start = constants[1] if constants and constants[0] == now else None
+                    self.phase_items.setdefault(now, len(self.code.items) if start is None
+                                                else start)
+                    constants = None
             if isinstance(stmt, Group):
                 emit_group(self, stmt)
             elif isinstance(stmt, TileBegin):
@@ -181,8 +189,8 @@ class Emitter:
                 self.single(stmt.nid)
             self.plan.release(k)
         self.now = len(statements)
-        if self.entry:
-            self.phase_items.setdefault(2, len(self.code.items))
+        if self.entry:  # the copies of the results begin the last phase at the latest
+            self.phase_items.setdefault(max([2, *self.phase_items]), len(self.code.items))
         for k, o in enumerate(graph.outputs):  # results not computed in place are copied there
             node, var = graph.nodes[o], f"v{o}"
             if node.shape == ():

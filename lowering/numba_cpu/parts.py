@@ -100,11 +100,11 @@ def _candidate_cuts(items, lengths, size, phases=()):
     that would leave the last part under half. Cuts chosen by content fall at the same
     statements in an edited program as in the original. Before each item of ``phases`` (the
     first of each phase of the schedule's tail, which an added loss term changes) there is
-    always a cut, and none in the half part before it."""
+    always a cut, and none in the half part before it but another phase's."""
     cuts, run, left = [], 0, sum(lengths)
     for k, (item, n) in enumerate(zip(items, lengths)):
         if k in phases:
-            if cuts and sum(lengths[cuts[-1]:k]) < size // 2:
+            if cuts and cuts[-1] not in phases and sum(lengths[cuts[-1]:k]) < size // 2:
                 cuts.pop()
             cuts.append(k)
             run = 0

@@ -251,10 +251,13 @@ class Handover:
         first reader, the latest node first: a term an edit adds to the tail (a penalty on the
         parameters) reads the parameters, or a value the program computed early on that it
         now shares (CG's first residual norm and an L2 penalty on the source are one sum),
-        whose slot then comes after those of the program's own results, which keep theirs."""
+        whose slot then comes after those of the program's own results, which keep theirs.
+        Values the tail's last phases compute (``schedule.tail_phases``: 2 and 3, a penalty's
+        value) come after all others, for the same reason."""
         def order(item):
+            node = int(item[0][1:])
             late = self.late.get(item[0], 0)
-            return late, -int(item[0][1:]) if late else int(item[0][1:])
+            return self.e.phase.get(node, 0) >= 2, late, -node if late else node
         for name, dtype in sorted(self.spills.items(), key=order):
             self.e.slots.append((f"sp{name}", dtype, self.e.plan.append(dtype, 1), (1,)))
 
