@@ -102,7 +102,7 @@ def _unify(a, b):
 class _Function:
     """The translation of one entry's body: values are ``(LLVM value, type)`` pairs."""
 
-    def __init__(self, module, name, types, single=frozenset()):
+    def __init__(self, module, name, types, single=frozenset(), bases=None):
         self.function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_ARGS]), name)
         self.function.attributes.add("nounwind")
         self.b = ir.IRBuilder(self.function.append_basic_block("entry"))
@@ -111,6 +111,8 @@ class _Function:
         self.single = single  # variables that are values, not slots (``_single_values``)
         self.values = {}  # such a variable -> its (value, type)
         self.exits = []  # the blocks that ``break`` leaves to, innermost last
+        self.bases, arguments = bases or ({}, ())  # pointer variable -> its argument
+        self.scopes = _Scopes(module, arguments)
 
     # -- values --
 
@@ -187,6 +189,7 @@ class _Function:
     def e_Subscript(self, node):
         pointer, element = self.pointer(node.value)
         loaded = self.b.load(self.b.gep(pointer, [self.index(node.slice)]))
+        self.scopes.tag(loaded, _base(node.value, self.bases))
         if element == "bool":
             return self.b.icmp_unsigned("!=", loaded, ir.Constant(loaded.type, 0)), "bool"
         return loaded, element
@@ -566,7 +569,8 @@ class _Function:
             stored = self.cast(value, kind, element)
             if element == "bool":
                 stored = b.zext(stored, _DATA["bool"])
-            b.store(stored, b.gep(pointer, [self.index(target.slice)]))
+            store = b.store(stored, b.gep(pointer, [self.index(target.slice)]))
+            self.scopes.tag(store, _base(target.value, self.bases))
         else:
             raise Unsupported(f"assignment to {type(target).__name__}")
 
@@ -693,14 +697,98 @@ def _single_values(body):
         spans[v][0] < at <= spans[v][1] for at in reads[v]))
 
 
+def _argument_index(node):
+    """``k`` of ``_arg(args, k, ...)`` with a literal ``k``, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "_arg" and len(node.args) >= 2 \
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, int):
+        return node.args[1].value
+    return None
+
+
+def _base(node, bases):
+    """The argument that the pointer expression ``node`` points into, else None."""
+    if isinstance(node, ast.Name):
+        return bases.get(node.id)
+    return _argument_index(node)
+
+
+def _pointer_bases(body):
+    """``({variable: k}, arguments)``: the pointer variables that point into argument ``k`` wherever they
+    are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer, another such
+    variable). Every argument of an entry is an array of its own (the inputs, the results
+    allocated for the call, the scratch buffers, the constants), and generated code never
+    writes an input: accesses through two different arguments never overlap (two inputs
+    that are one array are only read). A variable assigned pointers into two arguments (a
+    carry swapped between buffers) has none. ``arguments``: every ``k`` the body names."""
+    assigned = collections.defaultdict(set)
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)):
+                for target in ast.walk(node) if isinstance(node, (ast.Assign, ast.AugAssign,
+                                                                  ast.AnnAssign)) else ():
+                    if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store) \
+                            and None not in assigned[target.id]:
+                        assigned[target.id].add(None)  # (a tuple's swap: no base)
+                        changed = True
+                continue
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+                    and value.func.id == "_offset" and value.args:
+                value = value.args[0]
+            if isinstance(value, ast.Name):
+                found = assigned.get(value.id, {None}) if value.id != "args" else {None}
+            else:
+                found = {_argument_index(value)}
+            before = len(assigned[node.targets[0].id])
+            assigned[node.targets[0].id] |= found
+            changed |= len(assigned[node.targets[0].id]) != before
+    bases = {name: next(iter(ks)) for name, ks in assigned.items()
+             if len(ks) == 1 and None not in ks}
+    arguments = {_argument_index(node) for node in ast.walk(ast.Module(body=list(body),
+                                                                       type_ignores=[]))}
+    return bases, arguments - {None}
+
+
+class _Scopes:
+    """LLVM's scoped alias metadata for an entry's loads and stores: one scope per argument
+    (``_pointer_bases``), each access in its argument's scope and declared apart from every
+    other's, so the loop vectoriser needs no run-time overlap checks between the arrays a
+    loop reads and those it writes (each check a second version of the loop for LLVM to
+    optimise and compile)."""
+
+    def __init__(self, module, arguments):
+        self.module, self.arguments = module, sorted(arguments)
+        self._scope, self._noalias = {}, {}
+
+    def tag(self, instruction, k):
+        if k is None or k not in self.arguments or len(self.arguments) < 2:
+            return
+        if not self._scope:
+            domain = self.module.add_metadata([ir.MetaDataString(self.module, "quabla.args")])
+            scopes = {a: self.module.add_metadata(
+                [ir.MetaDataString(self.module, f"quabla.arg{a}"), domain])
+                for a in self.arguments}
+            for a in self.arguments:
+                self._scope[a] = self.module.add_metadata([scopes[a]])
+                self._noalias[a] = self.module.add_metadata(
+                    [scopes[b] for b in self.arguments if b != a])
+        instruction.set_metadata("alias.scope", self._scope[k])
+        instruction.set_metadata("noalias", self._noalias[k])
+
+
 def _translated(body, name):
     single = _single_values(body)
+    bases = _pointer_bases(body)
     types = {}
     for _ in range(8):  # each retry widens a variable's type
         module = ir.Module(name=name)
         module.triple = llvm.get_process_triple()
         module.data_layout = str(machine.target_machine().target_data)
-        function = _Function(module, name, types, single)
+        function = _Function(module, name, types, single, bases)
         try:
             function.body(body)
         except _Retype:
