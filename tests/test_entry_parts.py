@@ -293,6 +293,26 @@ def test_an_added_penalty_changes_only_the_last_part(program):
                 np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-10, atol=1e-12)
 
 
+def test_a_result_another_reads_is_not_the_last_phase():
+    """A Hessian with a constant part, returned and read by a second result: the constant's
+    add stays in the phase its reader needs it in (``schedule._constant_terms`` takes only
+    results nothing reads), and both results are the interpreter's, called twice."""
+    def f(x):
+        return (qb.sum(qb.cos(x[1:] * x[:-1])) + 0.5 * qb.sum((x[1:] - x[:-1]) ** 2)
+                + 0.01 * qb.sum(x * x))
+
+    def g(x):
+        h = qb.hessian(f)(x)
+        return h, h * 2.0 + 1.0
+
+    x = qb.array(np.random.default_rng(0).uniform(-1.0, 1.0, 20))
+    fn = qb.jit(g)
+    expected = evaluate(fn.lower(x).graph, [np.asarray(x)])
+    for result in (fn(x), fn(x)):
+        for ours, theirs in zip(result, expected):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12, atol=1e-12)
+
+
 def test_a_constant_the_edit_also_reads_keeps_its_place():
     """The edit's term (``sum(theta ** 2)``) needs a 2 that the program reads too (the
     derivative of ``ell ** 2``); reverse mode reaches the term first, so the trace makes the

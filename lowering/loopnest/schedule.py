@@ -185,13 +185,14 @@ def schedule(graph, phase=None, sums_apart=0):
 def tail_phases(graph, from_inputs=None):
     """The nodes scheduled last, by phase: 1 for the tail, what reaches the outputs through
     elementwise and scalar arithmetic alone (the sums that make each gradient,
-    quabla/transforms/vjp.py); 2 for the part of it computed from inputs and constants
-    alone (reductions included: a penalty on the parameters) and what reads that. A term an
-    edit adds that only the outputs need (an L2 penalty, its gradient) falls in phase 2: the
-    statements before it keep their names and scratch slots, and so their compiled parts
-    (numba_cpu/parts.py). A view of an input, or a value constants alone make, takes the
-    phase of its first reader. ``from_inputs``: ``_from_inputs``'s set, when the caller has
-    it."""
+    quabla/transforms/vjp.py); 2 for the part of it that computes on inputs or their views
+    (reductions included: a penalty on the parameters) and what reads that; 3 for the
+    constants added last into a result that phase computes (``_constant_terms``). A term an
+    edit adds that only the outputs need (an L2 penalty, its gradient, a quadratic penalty's
+    constant Hessian) falls in the last phases: the statements before them keep their names
+    and scratch slots, and so their compiled parts (numba_cpu/parts.py). A view of an input,
+    or a value constants alone make, takes the phase of its first reader. ``from_inputs``:
+    ``_from_inputs``'s set, when the caller has it."""
     nodes = graph.nodes
     from_inputs = _from_inputs(nodes) if from_inputs is None else from_inputs
     readers = {}
@@ -245,7 +246,7 @@ def _constant_terms(graph, phase, constants, readers):
     nodes, found = graph.nodes, []
     for o in graph.outputs:
         chain, n, last = [], o, 0
-        while n in phase and (n == o or readers.get(n) == [chain[-1]]):
+        while n in phase and readers.get(n, []) == chain[-1:]:  # (a result: read by none)
             node = nodes[n]
             terms = [x for x in node.operands if x in constants]
             if node.op == "add" and len(terms) == 1 and len(node.operands) == 2:
