@@ -70,8 +70,8 @@ def _updated_in_place(graph, phase):
                                                    for r in readers.get(v, ())):
                     found[v] = k
                 break
-            if len(late) != 2 or nodes[late[0]].op == "add" == nodes[late[1]].op:
-                break
+            if len(late) != 2 or all(nodes[x].op == "add" for x in late):
+                break  # (two chains: which one is the value's is not known)
             chain = next((x for x in late if nodes[x].op == "add"
                           and nodes[x].shape == node.shape), None)
             if chain is None or len(readers.get(chain, ())) != 1:
