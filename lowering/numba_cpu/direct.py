@@ -714,8 +714,8 @@ def _base(node, bases):
 
 
 def _pointer_bases(body):
-    """``({variable: k}, arguments)``: the pointer variables that point into argument ``k`` wherever they
-    are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer, another such
+    """``({variable: k}, arguments)``: the pointer variables that point into argument ``k``
+    wherever they are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer, another such
     variable). Every argument of an entry is an array of its own (the inputs, the results
     allocated for the call, the scratch buffers, the constants), and generated code never
     writes an input: accesses through two different arguments never overlap (two inputs

@@ -42,18 +42,14 @@ def _held(graph, phase):
             and math.prod(graph.nodes[o].shape) <= HELD_ELEMENTS}
 
 
-def _updated_in_place(graph, phase):
+def _updated_in_place(graph, phase, readers):
     """``{value: k}``: for each output ``k`` of the tail's last phases (``schedule.tail_phases``:
     2 and 3) that adds terms of those phases to one value computed before them (an L2
     penalty's gradient added to a gradient), that value, computed into result ``k`` and
     updated there in place: the statements before those phases are then those of the program
     without the terms, where the value is result ``k`` itself. Small results are held instead
-    (``_held``)."""
+    (``_held``). ``readers``: node -> the nodes that read it."""
     nodes, found = graph.nodes, {}
-    readers = {}
-    for nid in node_ids(graph):
-        for o in nodes[nid].operands:
-            readers.setdefault(o, set()).add(nid)
     outputs = set(graph.outputs)
     for k, o in enumerate(graph.outputs):
         if phase.get(o, 0) < 2 or math.prod(nodes[o].shape) <= HELD_ELEMENTS:
@@ -97,12 +93,16 @@ class Emitter:
         # the index of the first top-level item of each phase (0: before the tail, 1-3: the
         # tail's; the last begins with the copies of the results at the latest)
         self.phase_items = {}
+        self.consumers = {}  # node -> the nodes that read it
+        for nid in node_ids(graph):
+            for o in graph.nodes[nid].operands:
+                self.consumers.setdefault(o, []).append(nid)
         held = _held(graph, self.phase) if self.entry else set()
         for k, o in enumerate(graph.outputs):
             if o not in held:
                 self.results.setdefault(o, k)
         if self.entry:
-            for v, k in _updated_in_place(graph, self.phase).items():
+            for v, k in _updated_in_place(graph, self.phase, self.consumers).items():
                 self.results[v] = k
         self.result_of = {}  # variable -> index of the result array it is (a view of)
         # non-scalar constant arrays, in the argument tuple after the results
@@ -121,10 +121,6 @@ class Emitter:
         self.now = 0         # index of the statement being emitted
         self.last_use = {}   # node id -> index of the last statement that reads it
         self.stored = set()  # group members that have a buffer
-        self.consumers = {}
-        for nid in node_ids(graph):
-            for o in graph.nodes[nid].operands:
-                self.consumers.setdefault(o, []).append(nid)
         self.ranges = {}     # loop index -> (lo, hi) of the loop nest being emitted (groups.py)
         self.splits = None   # loop index -> indices where a guarded read changes, when asked
         self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
