@@ -721,36 +721,40 @@ def _pointer_bases(body):
     writes an input: accesses through two different arguments never overlap (two inputs
     that are one array are only read). A variable assigned pointers into two arguments (a
     carry swapped between buffers) has none. ``arguments``: every ``k`` the body names."""
-    assigned = collections.defaultdict(set)
-    changed = True
-    while changed:
-        changed = False
-        for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-            if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)):
-                for target in ast.walk(node) if isinstance(node, (ast.Assign, ast.AugAssign,
-                                                                  ast.AnnAssign)) else ():
-                    if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store) \
-                            and None not in assigned[target.id]:
-                        assigned[target.id].add(None)  # (a tuple's swap: no base)
-                        changed = True
-                continue
+    sources = collections.defaultdict(set)  # variable -> {k, None, or a variable's name}
+    arguments = set()
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        k = _argument_index(node)
+        if k is not None:
+            arguments.add(k)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
             value = node.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
                     and value.func.id == "_offset" and value.args:
                 value = value.args[0]
             if isinstance(value, ast.Name):
-                found = assigned.get(value.id, {None}) if value.id != "args" else {None}
+                sources[node.targets[0].id].add(value.id if value.id != "args" else None)
             else:
-                found = {_argument_index(value)}
-            before = len(assigned[node.targets[0].id])
-            assigned[node.targets[0].id] |= found
-            changed |= len(assigned[node.targets[0].id]) != before
-    bases = {name: next(iter(ks)) for name, ks in assigned.items()
-             if len(ks) == 1 and None not in ks}
-    arguments = {_argument_index(node) for node in ast.walk(ast.Module(body=list(body),
-                                                                       type_ignores=[]))}
-    return bases, arguments - {None}
+                sources[node.targets[0].id].add(_argument_index(value))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in ast.walk(node):
+                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                    sources[target.id].add(None)  # (a tuple's swap: no base)
+    # each variable's arguments: those it is assigned, and its sources' (a name never
+    # assigned here has none we know)
+    found = {name: {s for s in got if not isinstance(s, str)} for name, got in sources.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name, got in sources.items():
+            before = len(found[name])
+            for source in got:
+                if isinstance(source, str):
+                    found[name] |= found.get(source, {None})
+            changed |= len(found[name]) != before
+    bases = {name: next(iter(ks)) for name, ks in found.items() if len(ks) == 1 and None not in ks}
+    return bases, arguments
 
 
 class _Scopes:
