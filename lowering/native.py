@@ -21,7 +21,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 import numpy as np
 
 __all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
-           "linked_objects", "sequence", "resolver", "resolve"]
+           "linked_objects", "sequence", "resolver", "resolve", "load_extension"]
 
 
 def _offset(obj, target):
@@ -123,7 +123,7 @@ def _numba_helpers():
     extension loaded on its own: importing the ``numba`` package costs ~0.3 s."""
     global _helpers
     if _helpers is None:
-        module = sys.modules.get("numba._helperlib") or _load_extension("numba._helperlib")
+        module = sys.modules.get("numba._helperlib") or load_extension("numba._helperlib")
         _helpers = {"numba_" + name: address for name, address in module.c_helpers.items()}
     return _helpers
 
@@ -137,81 +137,11 @@ _libraries = []  # the interpreter with libc, then libm (found on first use)
 _NRT_STANDINS = {"NRT_MemInfo_call_dtor": "abort", "NRT_Free": "free"}
 
 
-# SciPy's BLAS, as its ``cython_blas`` extension exports it: {symbol generated code calls:
-# address}, filled on first use (empty without SciPy)
-_blas = None
-_BLAS_MODULE = "scipy.linalg.cython_blas"
-_extensions = []  # extension modules loaded here, kept for the libraries they hold
-
-
-# the BLAS routines generated code calls, and which of their parameters are integers
-_BLAS_ROUTINES = {"gemm": (2, 3, 4, 7, 9, 12), "trsm": (4, 5, 8, 10)}
-
-
-def blas_symbols():
-    """``{"quabla_dgemm": address, ...}``: the Fortran ``dgemm``, ``sgemm``, ``dtrsm`` and
-    ``strsm`` that SciPy's ``cython_blas`` exports, from that extension loaded on its own:
-    importing ``scipy.linalg`` costs ~0.15 s, the extension ~15 ms. Left out of
-    ``sys.modules`` (loaded before its package it would lack its attribute there; SciPy's
-    own import gets the same module). Empty without SciPy, or if its integers are not the
-    32-bit ones ``scalar_ir.gemm`` and ``scalar_ir.trsm`` pass."""
-    global _blas
-    with _lock:
-        if _blas is None:
-            _blas = {}
-            module = sys.modules.get(_BLAS_MODULE) or _load_extension(_BLAS_MODULE)
-            routines = [(kind + name, integers) for kind in "ds"
-                        for name, integers in _BLAS_ROUTINES.items()]
-            for routine, integers in routines if module is not None else ():
-                capsule = module.__pyx_capi__[routine]
-                signature = _capsule_name(capsule)
-                params = signature.decode().split("(", 1)[1].rstrip(")").split(", ")
-                if [params[i] for i in integers] != ["int *"] * len(integers):
-                    _blas = {}
-                    break
-                _blas[f"quabla_{routine}"] = _capsule_pointer(capsule, signature)
-            _extensions.append(module)  # it holds the BLAS library
-    return _blas
-
-
-# SciPy's LAPACK (``cython_lapack``): the float64 decompositions the CPU back end calls for
-# larger matrices when SciPy is installed (numba_cpu/lapack.py; dpotrf straight from generated
-# code, as dgemm); empty without SciPy
-_lapack = None
-_LAPACK_MODULE = "scipy.linalg.cython_lapack"
-LAPACK_ROUTINES = ("dsyevd", "dgesdd", "dgetrf", "dgetrs", "dpotrf")
-
-
-def lapack_symbols():
-    """``{"quabla_dsyevd": address, ...}``: the Fortran routines of ``LAPACK_ROUTINES`` that
-    SciPy's ``cython_lapack`` exports, found as ``blas_symbols`` finds dgemm (empty without
-    SciPy, or if its integers are not 32-bit)."""
-    global _lapack
-    with _lock:
-        if _lapack is None:
-            _lapack = {}
-            module = sys.modules.get(_LAPACK_MODULE) or _load_extension(_LAPACK_MODULE)
-            for routine in LAPACK_ROUTINES if module is not None else ():
-                capsule = module.__pyx_capi__[routine]
-                signature = _capsule_name(capsule)
-                if b"int *" not in signature or b"long" in signature:
-                    _lapack = {}
-                    break
-                _lapack[f"quabla_{routine}"] = _capsule_pointer(capsule, signature)
-            _extensions.append(module)
-    return _lapack
-
-
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-def _load_extension(name):
-    """The extension module ``name`` executed without importing its package, or None where
-    it is not installed."""
+def load_extension(name):
+    """The extension module ``name`` executed without importing its package (SciPy's
+    ``cython_blas`` alone loads in ~15 ms, ``scipy.linalg`` in ~0.15 s), or None where it is
+    not installed. Left out of ``sys.modules``: loaded before its package it would lack its
+    attribute there (the package's own import later gets the same module)."""
     package, _, leaf = name.rpartition(".")
     top = importlib.util.find_spec(package.split(".")[0])
     if top is None or top.origin is None:
@@ -248,10 +178,6 @@ def _address(name):
             return find(name)
     if name.startswith("numba_") and name in _numba_helpers():
         return _numba_helpers()[name]
-    if name.startswith("quabla_") and name in blas_symbols():
-        return blas_symbols()[name]
-    if name.startswith("quabla_") and name in lapack_symbols():
-        return lapack_symbols()[name]
     if name.startswith("NRT_") and name not in _NRT_STANDINS:
         raise LoadError(f"needs Numba's runtime ({name})")
     if not _libraries:

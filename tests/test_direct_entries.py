@@ -16,7 +16,7 @@ import pytest
 
 import quabla as qb
 import device_cases
-from lowering import cache, native
+from lowering import cache, fortran, native
 from lowering.numba_cpu import direct, entry_module, module_source, numba_entry, scalar_ir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -311,7 +311,7 @@ def test_copies_zero_fills_and_products_have_numba_s_bits():
     translated = assert_same_bits(body, v0=a, v1=b, r0=np.zeros(40), ws0=np.zeros(40),
                                   r1=np.zeros(30))
     np.testing.assert_allclose(translated[2].reshape(2, 5, 4), a @ b, rtol=1e-14)
-    if native.blas_symbols():
+    if fortran.available():
         body = """
             _gemm(v0, v1, r0, 5, 3, 4, 0, 0)
             """

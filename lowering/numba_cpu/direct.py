@@ -20,6 +20,7 @@ import math
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from .. import fortran
 from . import kernel_calls, machine
 from . import scalar_ir as sir
 from .codegen import KERNELS
@@ -60,8 +61,7 @@ _CASTS = {"_cast_float64": "f64", "np.float64": "f64", "float": "f64", "_cast_fl
           "np.float32": "f32", "_cast_bool": "bool", "np.bool_": "bool", "bool": "bool"}
 _PRODUCTS = {"_matmul_float64": ("quabla_k_matmul_float64", "f64"),
             "_matmul_float32": ("quabla_k_matmul_float32", "f32")}
-_BLAS = {"f64": "quabla_dgemm", "f32": "quabla_sgemm"}
-_TRSM = {"f64": "quabla_dtrsm", "f32": "quabla_strsm"}
+_PRECISION = {"f64": "d", "f32": "s"}  # BLAS's letter of each element type
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
             ast.NotEq: "!="}
 
@@ -464,18 +464,19 @@ class _Function:
     def c_gemm(self, a, b, out, m, k, n, ta, tb):
         pointers = [self.pointer(p) for p in (a, b, out)]
         element = pointers[2][1]
-        if element not in _BLAS or any(e != element for _, e in pointers):
+        if element not in _PRECISION or any(e != element for _, e in pointers):
             raise Unsupported("_gemm")
         sizes = [self.index(v) for v in (m, k, n, ta, tb)]
-        sir.gemm(self.b, _BLAS[element], *(p for p, _ in pointers), *sizes)
+        sir.gemm(self.b, fortran.symbol(_PRECISION[element] + "gemm"),
+                 *(p for p, _ in pointers), *sizes)
         return None, "none"
 
     def c_trsm(self, a, b, n, m, lower, transpose):
         pointers = [self.pointer(p) for p in (a, b)]
         element = pointers[1][1]
-        if element not in _TRSM or any(e != element for _, e in pointers):
+        if element not in _PRECISION or any(e != element for _, e in pointers):
             raise Unsupported("_trsm")
-        sir.trsm(self.b, _TRSM[element], *(p for p, _ in pointers),
+        sir.trsm(self.b, fortran.symbol(_PRECISION[element] + "trsm"), *(p for p, _ in pointers),
                  *(self.index(v) for v in (n, m, lower, transpose)))
         return None, "none"
 
@@ -483,7 +484,7 @@ class _Function:
         pointer, element = self.pointer(a)
         if element != "f64":
             raise Unsupported("_potrf")
-        return sir.potrf(self.b, "quabla_dpotrf", pointer, self.index(n)), "i64"
+        return sir.potrf(self.b, fortran.symbol("dpotrf"), pointer, self.index(n)), "i64"
 
     def kernel_call(self, symbol, element, args):
         pointers = [self.pointer(p) for p in args[:4]]

@@ -1,4 +1,4 @@
-"""The CPU kernels that call SciPy's LAPACK (``lapack.py`` says when): each copies its matrix
+"""The CPU kernels that call LAPACK (``lapack.py`` says when; ``fortran.py`` which LAPACK): each copies its matrix
 into float64 workspaces, calls LAPACK on it (a C matrix is its transpose for Fortran), and
 writes the primitive's packed layout with the conventions of the other kernels (all-NaN for a
 non-finite matrix or a failed call, signs fixed as quabla/core/rules/decompositions.py says),
@@ -11,7 +11,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .lapack import link as _linked
+from .. import fortran
 
 __all__ = ["eigh_lapack", "svd_lapack", "slogdet_lapack", "solve_lapack"]
 
@@ -32,9 +32,16 @@ def _by_reference(builder, value, ty):
     return slot
 
 
+def _integer():
+    """LAPACK's integers (their width is the library's: ``fortran.integer_bits``)."""
+    return ir.IntType(fortran.integer_bits())
+
+
 def _int(context, builder, value, ty):
     value = context.cast(builder, value, ty, types.intp)
-    return _by_reference(builder, builder.trunc(value, ir.IntType(32)), ir.IntType(32))
+    kind = _integer()
+    return _by_reference(builder, value if kind.width == 64 else builder.trunc(value, kind),
+                         kind)
 
 
 def _char(builder, flag, when_true, when_false):
@@ -52,11 +59,17 @@ def _data(context, builder, ty, value, offset=None):
 
 
 def _info(builder):
-    return cgutils.alloca_once_value(builder, ir.Constant(ir.IntType(32), 0))
+    return cgutils.alloca_once_value(builder, ir.Constant(_integer(), 0))
+
+
+def _as_intp(context, builder, value):
+    """A LAPACK integer as an intp."""
+    kind = types.int64 if value.type.width == 64 else types.int32
+    return context.cast(builder, value, kind, types.intp)
 
 
 def _result(context, builder, info):
-    return context.cast(builder, builder.load(info), types.int32, types.intp)
+    return _as_intp(context, builder, builder.load(info))
 
 
 def _arrays(*arrays):
@@ -66,10 +79,11 @@ def _arrays(*arrays):
 @intrinsic
 def _syevd(typingctx, a, work, n, upper, lwork, liwork):
     """dsyevd('V', upper ? 'U' : 'L') of the n x n column-major ``a``: eigenvalues in
-    work[0:n], the workspaces after them (the integer one as int32s); returns info."""
+    work[0:n], the workspaces after them (the integer one as LAPACK's integers); returns
+    info."""
     if not _arrays(a, work):
         return None
-    _linked("quabla_dsyevd")
+    symbol = fortran.linked("dsyevd")
 
     def codegen(context, builder, sig, args):
         pa, pw, n_, up, lw, liw = args
@@ -80,7 +94,7 @@ def _syevd(typingctx, a, work, n, upper, lwork, liwork):
         work0 = _data(context, builder, sig.args[1], pw)
         one = ir.Constant(nv.type, 1)
         jobz = _char(builder, one, "V", "V")
-        _fortran("quabla_dsyevd", builder, [
+        _fortran(symbol, builder, [
             jobz, _char(builder, up, "U", "L"), _int(context, builder, n_, sig.args[2]),
             _data(context, builder, sig.args[0], pa), _int(context, builder, n_, sig.args[2]),
             work0, builder.gep(work0, [nv]), _int(context, builder, lw, sig.args[4]),
@@ -98,7 +112,7 @@ def _gesdd(typingctx, a, s, u, vt, work, rows, cols, jobz, ldu, ldvt, lwork):
     workspace is the float64 ``work`` after its first lwork entries; returns info."""
     if not _arrays(a, s, u, vt, work):
         return None
-    _linked("quabla_dgesdd")
+    symbol = fortran.linked("dgesdd")
 
     def codegen(context, builder, sig, args):
         pa, ps, pu, pv, pw, m_, n_, job, ldu_, ldvt_, lw = args
@@ -111,7 +125,7 @@ def _gesdd(typingctx, a, s, u, vt, work, rows, cols, jobz, ldu, ldvt, lwork):
         info = _info(builder)
         work0 = _data(context, builder, t[4], pw)
         lwv = context.cast(builder, lw, t[10], types.intp)
-        _fortran("quabla_dgesdd", builder, [
+        _fortran(symbol, builder, [
             _by_reference(builder, letter, ir.IntType(8)), _int(context, builder, m_, t[5]),
             _int(context, builder, n_, t[6]), _data(context, builder, t[0], pa),
             _int(context, builder, m_, t[5]), _data(context, builder, t[1], ps),
@@ -125,16 +139,17 @@ def _gesdd(typingctx, a, s, u, vt, work, rows, cols, jobz, ldu, ldvt, lwork):
 
 @intrinsic
 def _getrf(typingctx, a, pivots, n):
-    """dgetrf of the n x n column-major ``a``; the pivots as int32s in ``pivots``; info."""
+    """dgetrf of the n x n column-major ``a``; the pivots as LAPACK's integers in ``pivots``;
+    info."""
     if not _arrays(a, pivots):
         return None
-    _linked("quabla_dgetrf")
+    symbol = fortran.linked("dgetrf")
 
     def codegen(context, builder, sig, args):
         pa, pp, n_ = args
         info = _info(builder)
         size = _int(context, builder, n_, sig.args[2])
-        _fortran("quabla_dgetrf", builder, [size, size, _data(context, builder, sig.args[0], pa),
+        _fortran(symbol, builder, [size, size, _data(context, builder, sig.args[0], pa),
                                            size, _data(context, builder, sig.args[1], pp), info])
         return _result(context, builder, info)
 
@@ -147,7 +162,7 @@ def _getrs(typingctx, lu, pivots, b, n, nrhs):
     column-major) becomes the solution of lu^T x = b; returns info."""
     if not _arrays(lu, pivots, b):
         return None
-    _linked("quabla_dgetrs")
+    symbol = fortran.linked("dgetrs")
 
     def codegen(context, builder, sig, args):
         pa, pp, pb, n_, k_ = args
@@ -155,7 +170,7 @@ def _getrs(typingctx, lu, pivots, b, n, nrhs):
         info = _info(builder)
         size = _int(context, builder, n_, t[3])
         trans = _char(builder, ir.Constant(ir.IntType(64), 1), "T", "T")
-        _fortran("quabla_dgetrs", builder, [trans, size, _int(context, builder, k_, t[4]),
+        _fortran(symbol, builder, [trans, size, _int(context, builder, k_, t[4]),
                                            _data(context, builder, t[0], pa), size,
                                            _data(context, builder, t[1], pp),
                                            _data(context, builder, t[2], pb), size, info])
@@ -165,16 +180,16 @@ def _getrs(typingctx, lu, pivots, b, n, nrhs):
 
 
 @intrinsic
-def _int32_at(typingctx, array, index):
-    """The int32 at ``index`` of the array's data read as int32s (LAPACK's pivots)."""
+def _integer_at(typingctx, array, index):
+    """The integer at ``index`` of the array's data read as LAPACK's integers (its pivots)."""
     if not _arrays(array):
         return None
 
     def codegen(context, builder, sig, args):
         data = _data(context, builder, sig.args[0], args[0])
-        i32 = builder.bitcast(data, ir.IntType(32).as_pointer())
+        integers = builder.bitcast(data, _integer().as_pointer())
         k = context.cast(builder, args[1], sig.args[1], types.intp)
-        return context.cast(builder, builder.load(builder.gep(i32, [k])), types.int32, types.intp)
+        return _as_intp(context, builder, builder.load(builder.gep(integers, [k])))
 
     return types.intp(array, index), codegen
 
@@ -307,7 +322,7 @@ def slogdet_lapack(a, out, t, pivots):
         d = t[i, i]
         if d < 0.0:
             sign = -sign
-        if _int32_at(pivots, i) != i + 1:
+        if _integer_at(pivots, i) != i + 1:
             sign = -sign
         logdet += math.log(abs(d))
     out[0] = sign

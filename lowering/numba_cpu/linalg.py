@@ -1,17 +1,16 @@
 """Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest,
 the product kernel of ``external.py`` called by symbol, or BLAS through ``runtime._gemm`` for
-large products when SciPy is installed); ``solve``, ``cholesky`` and ``triangular_solve`` over
+large products: ``fortran.py``'s, NumPy's OpenBLAS or SciPy's); ``solve``, ``cholesky`` and ``triangular_solve`` over
 the matrices of a stack as loops in the part itself (``matrix_kernels.py``'s algorithms, so no
 kernel has to be compiled by Numba: a Gaussian-process or least-squares program compiles as
 fast as any other); the decompositions (``slogdet``, ``eigh``, ``svd``, ``qr``) through the
-kernels of ``kernels.py``. Where SciPy is installed, larger ``solve``, ``slogdet``, ``eigh``
-and ``svd`` call its LAPACK (``lapack.py``) and larger ``triangular_solve`` its BLAS's
-``trsm`` (``runtime._trsm``)."""
+kernels of ``kernels.py``. Where a LAPACK is found, larger ``solve``, ``slogdet``, ``eigh`` and
+``svd`` call it (``lapack.py``) and larger ``triangular_solve`` BLAS's ``trsm``
+(``runtime._trsm``)."""
 
 import math
-import os
 
-from .. import native
+from .. import fortran
 from ..loopnest.products import product
 from ..loopnest.templates import literal
 from .lapack import LAPACK_MIN, gesdd_work, lapack_available, syevd_sizes
@@ -21,14 +20,13 @@ from .table import register
 
 __all__ = ["local_product", "product_result", "rhs_operand", "blas_available", "BLAS_THRESHOLD"]
 
-# Products with at least this many multiply-adds go to BLAS when SciPy (whose dgemm generated
-# code calls) is installed and QUABLA_BLAS is not 0; smaller ones are faster as loops, with no
-# BLAS threads to wake.
+# Products with at least this many multiply-adds go to BLAS (fortran.py's dgemm) unless
+# QUABLA_BLAS is 0; smaller ones are faster as loops, with no BLAS threads to wake.
 BLAS_THRESHOLD = 1 << 18
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
 # Triangular solves with at least this many multiply-adds (n * n * right-hand sides) go to
-# BLAS's trsm where SciPy is installed: a Gaussian process's gradient solves 80 x 80 systems
+# BLAS's trsm: a Gaussian process's gradient solves 80 x 80 systems
 # with 80 right-hand sides, twice as fast there as in loops.
 TRSM_THRESHOLD = 4096
 _FLOATS = ("float64", "float32")
@@ -39,8 +37,9 @@ SMALL_LOOP = 4096
 
 
 def blas_available():
-    """Whether large products go to BLAS: QUABLA_BLAS is not 0 and SciPy's dgemm is found."""
-    return os.environ.get("QUABLA_BLAS", "1") != "0" and bool(native.blas_symbols())
+    """Whether large products go to BLAS: QUABLA_BLAS is not 0 and a BLAS is found
+    (``fortran.py``)."""
+    return fortran.available()
 
 
 def local_product(e, node):
@@ -59,7 +58,7 @@ def product_result(e, node, out, t):
 
 def dot_general(e, node, out, args, dimension_numbers):
     """Operands arranged as (batch, rows, contraction) and (batch, contraction, cols);
-    BLAS (runtime._gemm, which needs SciPy) for large products, a vectorisable loop nest
+    BLAS (runtime._gemm) for large products where a BLAS is found, a vectorisable loop nest
     else.
     In a tile loop, a product that sums over the rows adds each tile's part to its
     accumulator (set up before the loop)."""
@@ -316,7 +315,7 @@ def _next(e, var, depth):
 
 def cholesky(e, node, out, args):
     """The lower Cholesky factor of each matrix, all NaN where a pivot is not positive: from
-    ``LAPACK_MIN`` rows on where SciPy is installed, LAPACK's blocked ``dpotrf`` on a float64
+    ``LAPACK_MIN`` rows on where a LAPACK is found, its blocked ``dpotrf`` on a float64
     copy (called from the part, as BLAS is: ~5x faster at 80 rows than the loops); else
     written out as loops (so the part needs no kernel compiled by Numba),
     ``matrix_kernels.cholesky``'s algorithm and order of operations (Cholesky-Banachiewicz in
@@ -365,7 +364,7 @@ def cholesky(e, node, out, args):
 
 def triangular_solve(e, node, out, args, lower, transpose_a):
     """op(T)^-1 b for each matrix of a stack: BLAS's ``trsm`` on the result (a copy of b) for
-    ``TRSM_THRESHOLD`` or more multiply-adds where SciPy is installed and every dtype is the
+    ``TRSM_THRESHOLD`` or more multiply-adds where a BLAS is found and every dtype is the
     result's, else written out as loops (so the part needs no kernel compiled by Numba):
     ``matrix_kernels.triangular_solve``'s substitution, each sum in the order of the rows it
     reads, in a float64 workspace."""

@@ -5,8 +5,8 @@ Generating an entry (scheduling, emitting, the passes, cutting it into parts) is
 20-60 ms for a PINN, 90 ms for an adjoint ODE solve, on every warm first call, which otherwise
 only reads and links objects. Its result is a function of the expanded graph (its
 ``fingerprint``: every node, param and constant's bits), of the code generator's own code, and
-of what it asks of this process: threads for tile loops, and whether SciPy's BLAS and LAPACK may
-be called. ``key`` names all of them. A stored program is an entry of the cache like a part's
+of what it asks of this process: threads for tile loops, and which BLAS and LAPACK it may call
+(``fortran.origin``). ``key`` names all of them. A stored program is an entry of the cache like a part's
 (``cache.read_object``: the same ownership, manifest and digest checks, the same bound and
 eviction) whose "object" is ``encode``'s bytes: the parts' module sources, the constants, the
 scratch buffers and a threaded entry's control rows. It is used only when every part it names
@@ -15,7 +15,6 @@ is in the cache too (``load_cached``); otherwise the program is generated again,
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ import numpy as np
 from quabla.core.graph import Const, Graph
 from quabla.dtypes import DType
 
-from .. import cache
+from .. import cache, fortran
 from . import codegen  # noqa: F401  (loaded first: its modules' settings key a program)
 from .threads import Phases
 
@@ -106,9 +105,8 @@ def key(graph, n_threads):
     constants = _constant_bytes(graph) if KEEP and code_digest() is not None else None
     if constants is None or constants > MAX_CONSTANT_BYTES:
         return None
-    blas = os.environ.get("QUABLA_BLAS", "1") != "0" and importlib.util.find_spec("scipy")
     return cache.entry_key(f"# program {graph.fingerprint()} threads={n_threads} "
-                           f"blas={bool(blas)} code={code_digest()} settings={settings()}")
+                           f"blas={fortran.origin()} code={code_digest()} settings={settings()}")
 
 
 def encode(sources, constants, buffers, phases):

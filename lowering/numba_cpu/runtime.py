@@ -4,14 +4,13 @@ parts it translates itself. The array kernels are in kernels.py."""
 
 import operator
 
-from llvmlite import binding as llvm_binding
 from numba import types
 from numba.core.imputils import lower_builtin
 from numba.extending import intrinsic
 
 from quabla.core import special_functions as _special
 
-from ..native import blas_symbols, lapack_symbols
+from .. import fortran
 from . import scalar_ir as _ir
 from .target import kernel as _kernel
 
@@ -256,14 +255,12 @@ def _store_bool(context, builder, sig, args):
 def _blas_symbol(routine, pointers):
     """The symbol of BLAS ``routine`` (``gemm``, ``trsm``) for ``pointers``, typed pointers
     all to float64 or all to float32, made known to this compile's linking; None for other
-    arguments. Generated code calls BLAS only where ``blas_symbols`` has it."""
+    arguments. Generated code calls BLAS only where ``fortran.available()``."""
     dtype = pointers[-1].dtype if isinstance(pointers[-1], types.CPointer) else None
     if dtype not in (types.float64, types.float32) or not all(
             isinstance(t, types.CPointer) and t.dtype == dtype for t in pointers):
         return None
-    symbol = f"quabla_{'d' if dtype == types.float64 else 's'}{routine}"
-    llvm_binding.add_symbol(symbol, blas_symbols()[symbol])
-    return symbol
+    return fortran.linked(f"{'d' if dtype == types.float64 else 's'}{routine}")
 
 
 def _sizes(context, builder, sig, args, first):
@@ -294,8 +291,7 @@ def _potrf(typingctx, a, n):
     if not (isinstance(a, types.CPointer) and a.dtype == types.float64
             and isinstance(n, types.Integer)):
         return None
-    symbol = "quabla_dpotrf"
-    llvm_binding.add_symbol(symbol, lapack_symbols()[symbol])
+    symbol = fortran.linked("dpotrf")
 
     def codegen(context, builder, sig, args):
         return _ir.potrf(builder, symbol, args[0], *_sizes(context, builder, sig, args, 1))

@@ -16,6 +16,7 @@ import math
 
 from llvmlite import ir
 
+from .. import fortran
 from ..native import ARRAY_DATA, TUPLE_ITEMS
 
 __all__ = ["double", "widened", "intrinsic_call", "libm_call", "declared", "pure_function",
@@ -565,11 +566,12 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
     """``out`` (m x n) = op(``a``) @ op(``b``) for pointers to C-contiguous matrices (the
     sizes and flags i64 values), op transposing the operand whose flag ``ta``/``tb`` is
     nonzero (then stored as k x m or n x k), by one call of the Fortran ``dgemm``/``sgemm``
-    named ``symbol`` (native.blas_symbols)."""
-    char, int32, void = ir.IntType(8), ir.IntType(32), byte_pointer()
+    named ``symbol`` (``fortran.symbol``)."""
+    char, integer_, void = ir.IntType(8), _fortran_integer(), byte_pointer()
     fn = declared(builder.module, ir.FunctionType(
-        ir.VoidType(), [void, void] + [int32.as_pointer()] * 3 + [void, void,
-        int32.as_pointer(), void, int32.as_pointer(), void, void, int32.as_pointer()]), symbol)
+        ir.VoidType(), [void, void] + [integer_.as_pointer()] * 3 + [void, void,
+        integer_.as_pointer(), void, integer_.as_pointer(), void, void,
+        integer_.as_pointer()]), symbol)
     by_reference, integer = _fortran_arguments(builder)
 
     def operand(trans, pointer, rows, cols):
@@ -589,6 +591,11 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
                       builder.bitcast(pc, void), integer(n)])
 
 
+def _fortran_integer():
+    """The LLVM type of the BLAS/LAPACK library's integers (``fortran.integer_bits``)."""
+    return ir.IntType(fortran.integer_bits())
+
+
 def _fortran_arguments(builder):
     """``(by_reference, integer)``: a value, and an i64 as a Fortran integer, passed by address
     (Fortran takes every argument by address)."""
@@ -598,37 +605,41 @@ def _fortran_arguments(builder):
         return slot
 
     def integer(value):
-        return by_reference(builder.trunc(value, ir.IntType(32)))
+        kind = _fortran_integer()
+        return by_reference(value if kind.width == 64 else builder.trunc(value, kind))
     return by_reference, integer
 
 
 def potrf(builder, symbol, pa, n):
     """The Cholesky factor of the n x n C-contiguous float64 ``a`` (``n`` an i64 value), in
-    place, by one call of the Fortran ``dpotrf`` named ``symbol`` (native.lapack_symbols):
+    place, by one call of the Fortran ``dpotrf`` named ``symbol`` (``fortran.symbol``):
     its lower triangle becomes L (a = L L^T; column major sees a^T = a and writes U = L^T in
     its upper triangle), the strict upper one is left as it was. Returns LAPACK's ``info``
     as an i64: 0, or the order of the first minor that is not positive definite."""
-    void, int32 = byte_pointer(), ir.IntType(32).as_pointer()
-    fn = declared(builder.module, ir.FunctionType(ir.VoidType(), [void, int32, void, int32,
-                                                                  int32]), symbol)
+    void, integer_ = byte_pointer(), _fortran_integer()
+    pointer = integer_.as_pointer()
+    fn = declared(builder.module, ir.FunctionType(ir.VoidType(), [void, pointer, void, pointer,
+                                                                  pointer]), symbol)
     by_reference, integer = _fortran_arguments(builder)
-    info = by_reference(ir.Constant(ir.IntType(32), 0))
+    info = by_reference(ir.Constant(integer_, 0))
     upper = by_reference(ir.Constant(ir.IntType(8), ord("u")))
     size = integer(n)
     builder.call(fn, [builder.bitcast(upper, void), size, builder.bitcast(pa, void), size, info])
-    return builder.sext(builder.load(info), I64)
+    found = builder.load(info)
+    return found if integer_.width == 64 else builder.sext(found, I64)
 
 
 def trsm(builder, symbol, pa, pb, n, m, lower, transpose):
     """``b`` (n x m, C-contiguous, overwritten) = op(T)^-1 ``b`` for the n x n C-contiguous
     ``a`` (sizes and flags i64 values): T its lower (``lower`` nonzero) or upper triangle,
     op(T) = T or T^T (``transpose``); by one call of the Fortran ``dtrsm``/``strsm`` named
-    ``symbol`` (native.blas_symbols). Column major sees every matrix transposed: it solves
+    ``symbol`` (``fortran.symbol``). Column major sees every matrix transposed: it solves
     X^T op(T)^T = B^T, with T's triangle the other one of a^T."""
     char, void = ir.IntType(8), byte_pointer()
-    int32 = ir.IntType(32).as_pointer()
+    pointer = _fortran_integer().as_pointer()
     fn = declared(builder.module, ir.FunctionType(
-        ir.VoidType(), [void] * 4 + [int32, int32, void, void, int32, void, int32]), symbol)
+        ir.VoidType(), [void] * 4 + [pointer, pointer, void, void, pointer, void, pointer]),
+        symbol)
     by_reference, integer = _fortran_arguments(builder)
 
     def letter(flag, yes, no):

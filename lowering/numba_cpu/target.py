@@ -39,6 +39,7 @@ from numba.core.target_extension import (CPU, dispatcher_registry, jit_registry,
                                          target_registry)
 from numba.core.typing.context import Context
 
+from .. import fortran
 from . import machine
 
 __all__ = ["entry", "c_function", "lean_pipeline", "Entry", "EntryLibrary", "kernel"]
@@ -129,6 +130,11 @@ class EntryLibrary(codegen.JITCodeLibrary):
 
 class _Codegen(codegen.JITCPUCodegen):
     _library_class = EntryLibrary
+
+    def magic_tuple(self):
+        """Numba's cache key of this target's machine code: the host's, and which BLAS and
+        LAPACK the kernels call (the width of its integers is in their code)."""
+        return super().magic_tuple() + (fortran.origin(),)
 
     def _customize_tm_options(self, options):
         super()._customize_tm_options(options)

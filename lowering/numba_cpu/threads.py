@@ -18,8 +18,8 @@ so ranks × threads does not exceed the cores. BLAS follows the same share (``li
 through threadpoolctl) unless its own variables are set.
 
 Products inside the loop call BLAS, whose own threads would compete with the loop's: while
-blocks run on threads, every BLAS threadpoolctl finds (SciPy's OpenBLAS, the one generated
-code calls, and NumPy's) is set to one thread, and set back when the last one ends (the
+blocks run on threads, every BLAS threadpoolctl finds (the one generated code calls,
+``fortran.py``'s, and any other) is set to one thread, and set back when the last one ends (the
 setting is process-wide). Only a product large enough for BLAS to start threads needs it
 (``SERIAL_BLAS``); under float64's tile sizes none is.
 """
@@ -30,7 +30,7 @@ import os
 import threading
 import time
 
-from .. import native
+from .. import fortran
 
 __all__ = ["count", "share", "local_processes", "limit_blas", "blas_controller", "WORTH_ELEMENTS",
            "SERIAL_BLAS", "Phases", "Blocks", "run_blocks", "blocks"]
@@ -123,7 +123,7 @@ _blas_limited = False
 
 def blas_controller():
     """threadpoolctl's controller of the BLAS libraries in this process (made once, after
-    SciPy's OpenBLAS, the one generated code calls, is loaded), or None without
+    the one generated code calls is loaded: ``fortran.load``), or None without
     threadpoolctl."""
     global _controller
     if _controller is None:
@@ -131,7 +131,7 @@ def blas_controller():
             from threadpoolctl import ThreadpoolController
         except ImportError:
             return None
-        native.blas_symbols()  # loads SciPy's OpenBLAS, if installed
+        fortran.load()
         _controller = ThreadpoolController().select(user_api="blas")
     return _controller
 
