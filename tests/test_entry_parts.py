@@ -132,10 +132,6 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
 
     monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
     monkeypatch.setattr(programs, "KEEP", False)  # each program generated here, not kept
-    compiled = []
-    original_compile = cpu._compile
-    monkeypatch.setattr(cpu, "_compile",
-                        lambda key, *a: compiled.append(key) or original_compile(key, *a))
     cuts = []
     original_split = parts.split
 
@@ -153,11 +149,12 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
     qb.jit(qb.value_and_grad(_penalised(None)))(ws, x)
     weight = 1e-3 * _fresh_factor()
     edited = qb.jit(qb.value_and_grad(_penalised(penalty, weight)))  # (its tail never cached)
-    before = len(compiled)
+    before = cpu.parts_compiled()
     first, again = edited(ws, x), edited(ws, x)
     (body, _, _), (edited_body, n_parts, tail_part) = cuts
     assert edited_body == body
-    assert 0 < len(compiled) - before <= n_parts - tail_part < n_parts, (compiled, n_parts)
+    new = cpu.parts_compiled() - before
+    assert 0 < new <= n_parts - tail_part < n_parts, (new, n_parts)
     graph = edited.lower(ws, x).graph
     expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
     for result in (first, again):
@@ -173,9 +170,6 @@ def test_a_short_entry_recompiles_only_its_tail_for_a_term_with_new_data(monkeyp
     import lowering.numba_cpu as cpu
 
     monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
-    compiled = []
-    original = cpu._compile
-    monkeypatch.setattr(cpu, "_compile", lambda key, *a: compiled.append(key) or original(key, *a))
     rng = np.random.default_rng(3)
     ws = [qb.array(rng.normal(size=shape)) for shape in [(4, 6), (6, 1)]]
     x, target = qb.array(rng.normal(size=(10, 4))), rng.normal(size=(4, 6))
@@ -192,9 +186,9 @@ def test_a_short_entry_recompiles_only_its_tail_for_a_term_with_new_data(monkeyp
     graph = edited.lower(ws, x).graph
     sources = module_source(graph)[0]
     assert len(sources) == 2 and sum(s.count("\n") for s in sources) < 2 * parts.PART_LINES
-    before = len(compiled)
+    before = cpu.parts_compiled()
     first, again = edited(ws, x), edited(ws, x)
-    assert len(compiled) - before == 1
+    assert cpu.parts_compiled() - before == 1
     expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
     for result in (first, again):
         for ours, theirs in zip(qb.tree.leaves(result), expected):

@@ -16,6 +16,7 @@ the special functions, integer division by anything but a positive constant) rai
 import ast
 import collections
 import math
+import re
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -25,7 +26,7 @@ from . import kernel_calls, machine
 from . import scalar_ir as sir
 from .codegen import KERNELS
 
-__all__ = ["Unsupported", "DirectEntry", "translate", "compile_entry"]
+__all__ = ["Unsupported", "DirectEntry", "translate", "translation", "compile_entry"]
 
 
 class Unsupported(Exception):
@@ -113,6 +114,9 @@ class _Function:
         self.exits = []  # the blocks that ``break`` leaves to, innermost last
         self.bases, arguments = bases or ({}, ())  # pointer variable -> its argument
         self.scopes = _Scopes(module, arguments)
+        self.sums = []  # the element types summed in each loop being translated, innermost last
+        self.free_sums = False  # whether a sum's adds LLVM may reorder are in an unmarked loop
+        self.sum_widths = {}  # vector width -> the placeholder metadata of loops that sum
 
     # -- values --
 
@@ -398,6 +402,9 @@ class _Function:
 
     def c_sum_add(self, x, y):
         (a, c), kind = self.unified((x, y), _FLOATS)
+        if not self.sums:  # not in a loop: in order
+            return self.b.fadd(a, c), kind
+        self.sums[-1].add(kind)
         return self.b.fadd(a, c, flags=("reassoc",)), kind
 
     def c_max(self, x, y):
@@ -612,10 +619,22 @@ class _Function:
         b.cbranch(self.truth(*self.expr(node.test)), body, done)
         b.position_at_end(body)
         self.exits.append(done)
+        self.sums.append(set())
+        first = len(self.function.blocks)  # the blocks the body adds come after ``done``
         self.body(node.body)
         self.exits.pop()
+        summed = self.sums.pop()
+        marked = summed and not _sums_in_memory(node.body) and _innermost(
+            [body] + self.function.blocks[first:])
+        self.free_sums |= bool(summed) and not marked
         if not b.block.is_terminated:
-            b.branch(head)
+            latch = b.branch(head)
+            if marked:
+                width = min(_SUM_WIDTH[kind] for kind in summed)
+                if width not in self.sum_widths:
+                    self.sum_widths[width] = self.function.module.add_metadata(
+                        [ir.Constant(ir.IntType(32), width)])
+                latch.set_metadata(_SUM_LOOP, self.sum_widths[width])
         b.position_at_end(done)
 
     def s_If(self, node):
@@ -659,7 +678,7 @@ def _entry(source):
 def translate(source, name):
     """The LLVM IR (text) of generated ``source``'s entry as ``void name(i8* args)``;
     ``Unsupported`` if it uses what this module does not translate."""
-    return _translated(_entry(source)[0], name)
+    return _translated(_entry(source)[0], name)[0]
 
 
 def _single_values(body):
@@ -800,8 +819,58 @@ def _translated(body, name):
             continue
         if not function.b.block.is_terminated:
             function.b.ret_void()
-        return str(module)
+        return _sum_loops(str(module), function.sum_widths), function.free_sums
     raise Unsupported("variable types do not settle")
+
+
+# A loop that sums (``_sum_add``: adds LLVM may reorder) is vectorised as its metadata says,
+# not as LLVM's cost model finds best: with a width per element type and an interleave count
+# fixed here, the sum's adds are grouped the same way by every pipeline that vectorises it
+# (LLVM's quick one vectorises only such loops), so its bits do not depend on the pipeline.
+# A sum in an array element or in a loop around others is left to the cost model (``free``:
+# the part's bits are then its pipeline's), as is a sum Numba compiles.
+_SUM_WIDTH = {"f64": 4, "f32": 8}
+SUM_INTERLEAVE = 4
+_SUM_LOOP = "quabla.sum_loop"  # the placeholder kind, replaced in the module's text
+_FIRST_LOOP_ID = 1 << 20  # metadata numbers far above llvmlite's
+
+
+def _sums_in_memory(statements):
+    """Whether a sum among ``statements`` accumulates in an array element (LLVM vectorises it
+    only where it can keep the element in a register, and warns where a marked loop's is not)."""
+    return any(isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+               and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+               and node.value.func.id == "_sum_add"
+               for statement in statements for node in ast.walk(statement))
+
+
+def _innermost(blocks):
+    """Whether a loop of these body ``blocks`` has no loop inside (LLVM vectorises only
+    innermost loops)."""
+    return not any(block.name.startswith("head") for block in blocks)
+
+
+def _sum_loops(text, widths):
+    """The module ``text`` with each latch marked by a placeholder (``widths``: vector width
+    -> its placeholder node) given a loop id of its own that forces that width and
+    ``SUM_INTERLEAVE`` (a loop id refers to itself, which llvmlite's metadata cannot)."""
+    if not widths:
+        return text
+    lines, definitions = [], []
+    by_reference = {md.get_reference(): width for width, md in widths.items()}
+    pattern = re.compile(rf", !{re.escape(_SUM_LOOP)} (![0-9]+)$")
+    for line in text.splitlines():
+        found = pattern.search(line)
+        if found:
+            n = _FIRST_LOOP_ID + 4 * len(definitions)
+            definitions.append(
+                f"!{n} = distinct !{{!{n}, !{n + 1}, !{n + 2}, !{n + 3}}}\n"
+                f"!{n + 1} = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n"
+                f"!{n + 2} = !{{!\"llvm.loop.vectorize.width\", i32 {by_reference[found.group(1)]}}}\n"
+                f"!{n + 3} = !{{!\"llvm.loop.interleave.count\", i32 {SUM_INTERLEAVE}}}")
+            line = line[:found.start()] + f", !llvm.loop !{n}"
+        lines.append(line)
+    return "\n".join(lines + definitions) + "\n"
 
 
 class DirectEntry:
@@ -818,8 +887,17 @@ class DirectEntry:
         return self._object.result()
 
 
-def compile_entry(key, source):
-    """``DirectEntry`` of part ``key``'s generated ``source``, or ``Unsupported``."""
+def translation(key, source):
+    """``(LLVM IR text, entry name, quick, free)`` of part ``key``'s generated ``source``
+    (``quick``: the pipeline its workload asks for; ``free``: whether a sum in it is
+    vectorised as the pipeline finds best, so that its bits depend on the pipeline), or
+    ``Unsupported``."""
     name = f"quabla_direct_{key}"
     body, quick = _entry(source)
-    return DirectEntry(_translated(body, name), name, quick)
+    text, free = _translated(body, name)
+    return text, name, quick, free
+
+
+def compile_entry(key, source):
+    """``DirectEntry`` of part ``key``'s generated ``source``, or ``Unsupported``."""
+    return DirectEntry(*translation(key, source)[:3])
