@@ -103,7 +103,7 @@ def _unify(a, b):
 class _Function:
     """The translation of one entry's body: values are ``(LLVM value, type)`` pairs."""
 
-    def __init__(self, module, name, types, single=frozenset(), bases=None):
+    def __init__(self, module, name, types, single=frozenset(), bases=None, mark_sums=True):
         self.function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_ARGS]), name)
         self.function.attributes.add("nounwind")
         self.b = ir.IRBuilder(self.function.append_basic_block("entry"))
@@ -116,6 +116,7 @@ class _Function:
         self.scopes = _Scopes(module, arguments)
         self.sums = []  # the element types summed in each loop being translated, innermost last
         self.free_sums = False  # whether a sum's adds LLVM may reorder are in an unmarked loop
+        self.mark_sums = mark_sums  # whether loops that sum get ``_sum_loops``' metadata
         self.sum_widths = {}  # vector width -> the placeholder metadata of loops that sum
 
     # -- values --
@@ -624,7 +625,7 @@ class _Function:
         self.body(node.body)
         self.exits.pop()
         summed = self.sums.pop()
-        marked = summed and not _sums_in_memory(node.body) and _innermost(
+        marked = self.mark_sums and summed and not _sums_in_memory(node.body) and _innermost(
             [body] + self.function.blocks[first:])
         self.free_sums |= bool(summed) and not marked
         if not b.block.is_terminated:
@@ -804,7 +805,7 @@ class _Scopes:
         instruction.set_metadata("noalias", self._noalias[k])
 
 
-def _translated(body, name):
+def _translated(body, name, mark_sums=True):
     single = _single_values(body)
     bases = _pointer_bases(body)
     types = {}
@@ -812,7 +813,7 @@ def _translated(body, name):
         module = ir.Module(name=name)
         module.triple = llvm.get_process_triple()
         module.data_layout = str(machine.target_machine().target_data)
-        function = _Function(module, name, types, single, bases)
+        function = _Function(module, name, types, single, bases, mark_sums)
         try:
             function.body(body)
         except _Retype:
@@ -891,10 +892,11 @@ def translation(key, source):
     """``(LLVM IR text, entry name, quick, free)`` of part ``key``'s generated ``source``
     (``quick``: the pipeline its workload asks for; ``free``: whether a sum in it is
     vectorised as the pipeline finds best, so that its bits depend on the pipeline), or
-    ``Unsupported``."""
+    ``Unsupported``. A quick part's sums are not marked: it never changes pipeline, and the
+    quick one vectorises no other loop (a vectorised loop costs it compile time)."""
     name = f"quabla_direct_{key}"
     body, quick = _entry(source)
-    text, free = _translated(body, name)
+    text, free = _translated(body, name, mark_sums=not quick)
     return text, name, quick, free
 
 
