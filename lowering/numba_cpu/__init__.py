@@ -177,7 +177,7 @@ class NativeExecutable:
         self.run = namespace.pop("run")  # not left in its own globals: no cycle
         self._namespace = namespace
 
-    def swap(self, address, keep):
+    def swap(self, keep, address):
         """Runs the code at ``address`` (owned by ``keep``) from the next call on: this
         program's entry compiled again (an edit's parts optimised, ``_tiered``), computing the
         same bits. The code before stays linked while this executable lives."""
@@ -372,7 +372,8 @@ _optimising = []  # the threads optimising parts now
 def _tiered(graph, parts, missing, constants, buffers, sources, phases):
     """The executable of an edit with its ``missing`` parts (``(key, source)`` pairs) from
     the quick pipeline, their optimisation started; None where a missing part is not
-    translated here (Numba compiles it as before)."""
+    translated here or has a sum the pipelines would vectorise differently (``free``): it
+    is compiled as before."""
     for key, source in parts:
         cache.write_source(key, source)  # a planted or corrupted source never stays
     translated = {}
@@ -427,7 +428,7 @@ def _optimise(executable, graph, keys, translated, buffers, phases):
             if target is not None:
                 parts = [_stored(key) for key in keys]
                 if all(part is not None for part in parts):
-                    target.swap(*reversed(_linked_entry(graph, parts, buffers, phases)))
+                    target.swap(*_linked_entry(graph, parts, buffers, phases))
     finally:
         with _OPTIMISING:
             _optimising.remove(threading.current_thread())
