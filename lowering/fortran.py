@@ -29,13 +29,12 @@ _PREFIX = "quabla_fortran_"
 
 # NumPy's OpenBLAS: (the names of its routines, integer bits), by the build's naming
 _NUMPY_NAMES = (("scipy_{}_64_", 64), ("scipy_{}_", 32), ("{}_64_", 64))
-# SciPy's Cython exports, and which parameters of each routine are integers (checked to be
-# the 32-bit ones)
+# SciPy's Cython exports and the routines taken from each (their integers checked to be 32-bit)
 _SCIPY = {"scipy.linalg.cython_blas": BLAS, "scipy.linalg.cython_lapack": LAPACK}
 
 _lock = threading.Lock()
 _library = None  # (origin, integer bits, {routine: address}), found on first use
-_extensions = []  # SciPy's extension modules, kept for the libraries they hold
+_extensions = []  # the library found, or SciPy's extension modules holding it: kept loaded
 
 
 def _disabled():

@@ -864,10 +864,11 @@ def _sum_loops(text, widths):
         found = pattern.search(line)
         if found:
             n = _FIRST_LOOP_ID + 4 * len(definitions)
+            width = by_reference[found.group(1)]
             definitions.append(
                 f"!{n} = distinct !{{!{n}, !{n + 1}, !{n + 2}, !{n + 3}}}\n"
                 f"!{n + 1} = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n"
-                f"!{n + 2} = !{{!\"llvm.loop.vectorize.width\", i32 {by_reference[found.group(1)]}}}\n"
+                f"!{n + 2} = !{{!\"llvm.loop.vectorize.width\", i32 {width}}}\n"
                 f"!{n + 3} = !{{!\"llvm.loop.interleave.count\", i32 {SUM_INTERLEAVE}}}")
             line = line[:found.start()] + f", !llvm.loop !{n}"
         lines.append(line)

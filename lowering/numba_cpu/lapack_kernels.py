@@ -1,8 +1,8 @@
-"""The CPU kernels that call LAPACK (``lapack.py`` says when; ``fortran.py`` which LAPACK): each copies its matrix
-into float64 workspaces, calls LAPACK on it (a C matrix is its transpose for Fortran), and
-writes the primitive's packed layout with the conventions of the other kernels (all-NaN for a
-non-finite matrix or a failed call, signs fixed as quabla/core/rules/decompositions.py says),
-so the results agree with them to rounding."""
+"""The CPU kernels that call LAPACK (``lapack.py`` says when, ``fortran.py`` which LAPACK):
+each copies its matrix into float64 workspaces, calls LAPACK on it (a C matrix is its
+transpose for Fortran), and writes the primitive's packed layout with the conventions of the
+other kernels (all-NaN for a non-finite matrix or a failed call, signs fixed as
+quabla/core/rules/decompositions.py says), so the results agree with them to rounding."""
 
 import math
 
@@ -12,6 +12,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import fortran
+from .scalar_ir import as_fortran_integer, fortran_integer
 
 __all__ = ["eigh_lapack", "svd_lapack", "slogdet_lapack", "solve_lapack"]
 
@@ -32,16 +33,9 @@ def _by_reference(builder, value, ty):
     return slot
 
 
-def _integer():
-    """LAPACK's integers (their width is the library's: ``fortran.integer_bits``)."""
-    return ir.IntType(fortran.integer_bits())
-
-
 def _int(context, builder, value, ty):
     value = context.cast(builder, value, ty, types.intp)
-    kind = _integer()
-    return _by_reference(builder, value if kind.width == 64 else builder.trunc(value, kind),
-                         kind)
+    return _by_reference(builder, as_fortran_integer(builder, value), fortran_integer())
 
 
 def _char(builder, flag, when_true, when_false):
@@ -59,7 +53,7 @@ def _data(context, builder, ty, value, offset=None):
 
 
 def _info(builder):
-    return cgutils.alloca_once_value(builder, ir.Constant(_integer(), 0))
+    return cgutils.alloca_once_value(builder, ir.Constant(fortran_integer(), 0))
 
 
 def _as_intp(context, builder, value):
@@ -187,7 +181,7 @@ def _integer_at(typingctx, array, index):
 
     def codegen(context, builder, sig, args):
         data = _data(context, builder, sig.args[0], args[0])
-        integers = builder.bitcast(data, _integer().as_pointer())
+        integers = builder.bitcast(data, fortran_integer().as_pointer())
         k = context.cast(builder, args[1], sig.args[1], types.intp)
         return _as_intp(context, builder, builder.load(builder.gep(integers, [k])))
 

@@ -1,12 +1,12 @@
-"""Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest,
-the product kernel of ``external.py`` called by symbol, or BLAS through ``runtime._gemm`` for
-large products: ``fortran.py``'s, NumPy's OpenBLAS or SciPy's); ``solve``, ``cholesky`` and ``triangular_solve`` over
-the matrices of a stack as loops in the part itself (``matrix_kernels.py``'s algorithms, so no
-kernel has to be compiled by Numba: a Gaussian-process or least-squares program compiles as
-fast as any other); the decompositions (``slogdet``, ``eigh``, ``svd``, ``qr``) through the
-kernels of ``kernels.py``. Where a LAPACK is found, larger ``solve``, ``slogdet``, ``eigh`` and
-``svd`` call it (``lapack.py``) and larger ``triangular_solve`` BLAS's ``trsm``
-(``runtime._trsm``)."""
+"""Lowerings of linear algebra: ``dot_general`` as a batch of matrix products (a loop nest, the
+product kernel of ``external.py`` called by symbol, or BLAS through ``runtime._gemm`` for large
+products: ``fortran.py``'s, NumPy's OpenBLAS or SciPy's); ``solve``, ``cholesky`` and
+``triangular_solve`` over the matrices of a stack as loops in the part itself
+(``matrix_kernels.py``'s algorithms, so no kernel has to be compiled by Numba: a Gaussian-
+process or least-squares program compiles as fast as any other); the decompositions
+(``slogdet``, ``eigh``, ``svd``, ``qr``) through the kernels of ``kernels.py``. Where a LAPACK
+is found, larger ``solve``, ``slogdet``, ``eigh`` and ``svd`` call it (``lapack.py``) and larger
+``triangular_solve`` BLAS's ``trsm`` (``runtime._trsm``)."""
 
 import math
 

@@ -6,11 +6,12 @@ Generating an entry (scheduling, emitting, the passes, cutting it into parts) is
 only reads and links objects. Its result is a function of the expanded graph (its
 ``fingerprint``: every node, param and constant's bits), of the code generator's own code, and
 of what it asks of this process: threads for tile loops, and which BLAS and LAPACK it may call
-(``fortran.origin``). ``key`` names all of them. A stored program is an entry of the cache like a part's
-(``cache.read_object``: the same ownership, manifest and digest checks, the same bound and
-eviction) whose "object" is ``encode``'s bytes: the parts' module sources, the constants, the
-scratch buffers and a threaded entry's control rows. It is used only when every part it names
-is in the cache too (``load_cached``); otherwise the program is generated again, as before.
+(``fortran.origin``). ``key`` names all of them. A stored program is an entry of the cache like
+a part's (``cache.read_object``: the same ownership, manifest and digest checks, the same bound
+and eviction) whose "object" is ``encode``'s bytes: the parts' module sources, the constants,
+the scratch buffers and a threaded entry's control rows. It is used only when every part it
+names is in the cache too (``load_cached``); otherwise the program is generated again, as
+before.
 """
 
 import functools

@@ -22,7 +22,7 @@ from ..native import ARRAY_DATA, TUPLE_ITEMS
 __all__ = ["double", "widened", "intrinsic_call", "libm_call", "declared", "pure_function",
            "negated", "FLOAT_HELPERS", "PAIR_HELPERS", "float_divmod", "pick_extremum", "tanh",
            "integer_pow", "clamp_index", "potrf", "arg_pointer", "byte_pointer", "memmove",
-           "memset", "entry_slot", "gemm"]
+           "memset", "entry_slot", "gemm", "fortran_integer", "as_fortran_integer"]
 
 I64 = ir.IntType(64)
 
@@ -567,7 +567,7 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
     sizes and flags i64 values), op transposing the operand whose flag ``ta``/``tb`` is
     nonzero (then stored as k x m or n x k), by one call of the Fortran ``dgemm``/``sgemm``
     named ``symbol`` (``fortran.symbol``)."""
-    char, integer_, void = ir.IntType(8), _fortran_integer(), byte_pointer()
+    char, integer_, void = ir.IntType(8), fortran_integer(), byte_pointer()
     fn = declared(builder.module, ir.FunctionType(
         ir.VoidType(), [void, void] + [integer_.as_pointer()] * 3 + [void, void,
         integer_.as_pointer(), void, integer_.as_pointer(), void, void,
@@ -591,9 +591,15 @@ def gemm(builder, symbol, pa, pb, pc, m, k, n, ta, tb):
                       builder.bitcast(pc, void), integer(n)])
 
 
-def _fortran_integer():
+def fortran_integer():
     """The LLVM type of the BLAS/LAPACK library's integers (``fortran.integer_bits``)."""
     return ir.IntType(fortran.integer_bits())
+
+
+def as_fortran_integer(builder, value):
+    """The i64 ``value`` as the library's integer."""
+    kind = fortran_integer()
+    return value if kind.width == 64 else builder.trunc(value, kind)
 
 
 def _fortran_arguments(builder):
@@ -605,8 +611,7 @@ def _fortran_arguments(builder):
         return slot
 
     def integer(value):
-        kind = _fortran_integer()
-        return by_reference(value if kind.width == 64 else builder.trunc(value, kind))
+        return by_reference(as_fortran_integer(builder, value))
     return by_reference, integer
 
 
@@ -616,7 +621,7 @@ def potrf(builder, symbol, pa, n):
     its lower triangle becomes L (a = L L^T; column major sees a^T = a and writes U = L^T in
     its upper triangle), the strict upper one is left as it was. Returns LAPACK's ``info``
     as an i64: 0, or the order of the first minor that is not positive definite."""
-    void, integer_ = byte_pointer(), _fortran_integer()
+    void, integer_ = byte_pointer(), fortran_integer()
     pointer = integer_.as_pointer()
     fn = declared(builder.module, ir.FunctionType(ir.VoidType(), [void, pointer, void, pointer,
                                                                   pointer]), symbol)
@@ -636,7 +641,7 @@ def trsm(builder, symbol, pa, pb, n, m, lower, transpose):
     ``symbol`` (``fortran.symbol``). Column major sees every matrix transposed: it solves
     X^T op(T)^T = B^T, with T's triangle the other one of a^T."""
     char, void = ir.IntType(8), byte_pointer()
-    pointer = _fortran_integer().as_pointer()
+    pointer = fortran_integer().as_pointer()
     fn = declared(builder.module, ir.FunctionType(
         ir.VoidType(), [void] * 4 + [pointer, pointer, void, void, pointer, void, pointer]),
         symbol)
