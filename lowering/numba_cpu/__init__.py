@@ -436,7 +436,7 @@ def _optimise(executable, graph, keys, translated, buffers, phases):
 
 def optimised(timeout=None):
     """Waits until the parts being optimised (``_tiered``) are in the cache and swapped in;
-    a process does at exit."""
+    a process does at exit, before a compile or a cache lookup, and before a fork."""
     with _OPTIMISING:
         pending = list(_optimising)
     for thread in pending:
@@ -444,6 +444,8 @@ def optimised(timeout=None):
 
 
 atexit.register(lambda: optimised(WORKER_TIMEOUT))
+if hasattr(os, "register_at_fork"):  # a copy must not start with a thread inside LLVM
+    os.register_at_fork(before=optimised)
 
 
 # kernels called by symbol are linked (or compiled) when an object names them
