@@ -24,7 +24,7 @@ from quabla.core.graph import Graph
 from quabla.memory import aligned_copy, aligned_empty, collection_paused
 
 from .. import cache, native
-from . import direct, external, kernel_calls, programs, threads
+from . import direct, external, kernel_calls, parts, programs, threads
 from .codegen import FUNCTION_NAME, KERNELS, generate
 
 __all__ = ["compile_graph", "load_cached", "load_or_compile", "NativeExecutable", "module_source",
@@ -45,11 +45,12 @@ _DECORATOR = "\n@entry(lean_pipeline({}), nrt={})\n"
 COMPILE_RECURSION_LIMIT = 20_000
 
 
-def module_source(graph, n_threads=None):
+def module_source(graph, n_threads=None, finished=None):
     """``(sources, constants, buffers, phases)``: the module of each part of ``graph``'s
     entry (codegen.generate), its tile loop split across ``n_threads`` (default:
-    ``threads.count()``) if worth it."""
-    bodies, constants, buffers, phases = generate(graph, n_threads or threads.count())
+    ``threads.count()``) if worth it; ``finished``: parts finished before (``parts.Finished``)."""
+    bodies, constants, buffers, phases = generate(graph, n_threads or threads.count(),
+                                                  finished=finished)
     return (tuple(entry_module(body, quick) for body, quick in bodies), constants, buffers,
             phases)
 
@@ -239,9 +240,13 @@ def _program(graph):
 def _prepare(graph, n_threads, program):
     """``(keys, sources, constants, buffers, phases)`` of ``graph``'s parts, generated (and
     kept as ``program``)."""
-    sources, constants, buffers, phases = module_source(graph, n_threads)
+    family = programs.family(graph, n_threads) if program is not None else None
+    finished = parts.Finished(programs.load_finished(family) if family else ())
+    sources, constants, buffers, phases = module_source(graph, n_threads, finished)
     if program is not None:
         programs.store(program, sources, constants, buffers, phases)
+        if finished.used != finished.known:
+            programs.store_finished(family, finished.used)
     return _keyed(sources, constants, buffers, phases)
 
 

@@ -28,7 +28,7 @@ from .emitter import Emitter
 from .linalg import BLAS_THRESHOLD
 from .passes import check_integers, phased, private_buffers, propagate, views
 from .source import Named, argument
-from .statements import Assign, exposed, names, render
+from .statements import Assign, exposed, names_in, render, text
 from .table import LOWERINGS
 from .workload import quick_parts, work
 
@@ -65,15 +65,17 @@ def _first_constant(e, first, shared):
     return first + len(shared) if e.threaded is None else _control(e, first, shared) + 1
 
 
-def generate(graph, n_threads=1, part_lines=None):
+def generate(graph, n_threads=1, part_lines=None, finished=None):
     """Returns ``(bodies, constants, buffers, phases)``: the source of each part of the
     entry (``parts.split``; one for most programs, called in order; a threaded entry's three
     phases) with whether LLVM compiles it quickly (``workload.py``), the constant arrays
     (last in the argument tuple), the scratch buffers (``(dtype name, elements)`` each) that
-    follow the inputs and results in the argument tuple, and ``phases``: None for an entry called once, else how a threaded entry is called
-    (``threads.Phases``, made by ``passes.phased``): control rows ``[before the loop]``, one
-    per block of tiles, ``[after it]``; the first number of a row is the phase whose part it
-    runs."""
+    follow the inputs and results in the argument tuple, and ``phases``: None for an entry
+    called once, else how a threaded entry is called (``threads.Phases``, made by
+    ``passes.phased``): control rows ``[before the loop]``, one per block of tiles, ``[after
+    it]``; the first number of a row is the phase whose part it runs. ``finished``
+    (``parts.Finished``): the parts finished before, which a part equal to one of them is taken
+    from, and the parts of this program."""
     graph, phase = tail_last(graph)
     nodes = graph.nodes
     n_in, n_out = len(graph.inputs), len(graph.outputs)
@@ -95,7 +97,7 @@ def generate(graph, n_threads=1, part_lines=None):
     if e.threaded is not None:
         split = phased(e, graph, first, parts.TAIL_HEAD_LINES)
         if split is None:  # something crosses the loop that a phase cannot take over
-            return generate(graph, n_threads=1, part_lines=part_lines)
+            return generate(graph, n_threads=1, part_lines=part_lines, finished=finished)
         bodies, phases = split
     else:
         bodies = parts.split(e, graph, e.code.items, part_lines)
@@ -107,25 +109,42 @@ def generate(graph, n_threads=1, part_lines=None):
     starts = {f"ws{k}": argument(first + k, Named(name)) for k, name in enumerate(shared)}
     sources, estimates = [], []
     tiles = e.threaded.extent // e.threaded.tile if phases else 1
+    finished = parts.Finished() if finished is None else finished
     for body in bodies:
-        named = names(body)
-        own = [item for item in prologue if item.targets[0] in named]
-        read = exposed(body)  # not a view the part binds again first (a thread's own scratch)
-        own += views([(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
-                      if var in read and name in shared],  # an unused view costs compile time
-                     starts)
-        if "ctl" in named:  # a threaded entry's tile loop: its control row
-            own.append(Assign("ctl", f"_arg(args, {_control(e, first, shared)}, 0, np.int64)"))
-        items = propagate(own + body)
-        lines = render(items)
+        lines, estimate = _finish(e, body, prologue, first, shared, starts, tiles, finished)
         if not lines:  # nothing to do once its copies are read in place
             if phases is None and len(bodies) > 1 and (sources or body is not bodies[-1]):
                 continue  # a part left out (the last one stays when all before it went)
             lines = ["    pass"]
-        check_integers(lines)
         sources.append("\n".join([f"def {FUNCTION_NAME}(args):"] + lines) + "\n")
-        estimates.append(work(items, tiles))
+        estimates.append(estimate)
     buffers = [(name, e.plan.size[name]) for name in shared]
     buffers += [(dtype_of(name), e.plan.size[name]) for _ in range(e.threads if phases else 0)
                 for name in private_buffers(e)]
     return list(zip(sources, quick_parts(estimates))), e.constants, buffers, phases
+
+
+def _finish(e, body, prologue, first, shared, starts, tiles, finished):
+    """``(lines, work estimate)`` of a part's ``body`` run through the passes with the
+    prologue it needs (its arguments, its scratch views, a threaded phase's control row) and
+    rendered; from ``finished`` (``parts.Finished``) where a part with the same statements,
+    prologue and views was finished before."""
+    written = text(body)
+    named = names_in(written)
+    own = [item for item in prologue if item.targets[0] in named]
+    read = exposed(body)  # not a view the part binds again first (a thread's own scratch)
+    slots = [(var, f"ws{shared.index(name)}", start) for var, name, start, _ in e.slots
+             if var in read and name in shared]  # an unused view costs compile time
+    control = _control(e, first, shared) if "ctl" in named else None
+    key = parts.digest(written, text(own), repr(slots), repr(sorted(
+        (ws, starts[ws]) for ws in {ws for _, ws, _ in slots})), repr((control, tiles)))
+
+    def lines_and_work():
+        items = own + views(slots, starts)
+        if control is not None:  # a threaded entry's tile loop: its control row
+            items.append(Assign("ctl", f"_arg(args, {control}, 0, np.int64)"))
+        items = propagate(items + body)
+        lines = render(items)
+        check_integers(lines)
+        return lines, work(items, tiles)
+    return finished.get(key, lines_and_work)

@@ -25,7 +25,7 @@ import re
 from .passes import Handover
 from .statements import Block, render
 
-__all__ = ["PART_LINES", "TAIL_HEAD_LINES", "split"]
+__all__ = ["PART_LINES", "TAIL_HEAD_LINES", "split", "Finished", "digest"]
 
 # How many statements later a cut is tried where what follows it cannot be handed over.
 SHIFTS = 4
@@ -147,3 +147,25 @@ def _canonical(lines):
     if not names:
         return lines
     return [_WORD.sub(lambda m: names.get(m.group(0), m.group(0)), line) for line in lines]
+
+
+class Finished:
+    """Finished parts (``codegen._finish``: rendered lines and work estimate) by the digest of
+    everything finishing one reads, ``known`` from a program generated before (programs.py
+    keeps them by the program's inputs and outputs): the parts an edit left alone are not run
+    through the passes and rendered again, a third of generating a PINN's entry. ``used``:
+    this program's, kept for the next edit."""
+
+    def __init__(self, known=()):
+        self.known, self.used = dict(known), {}
+
+    def get(self, key, finish):
+        """The finished part ``key``: known, or ``finish()``."""
+        found = self.known.get(key)
+        self.used[key] = found = finish() if found is None else found
+        return found
+
+
+def digest(*texts):
+    """The key of a part to finish from the ``texts`` that say all it reads."""
+    return hashlib.blake2b("\x00".join(texts).encode(), digest_size=16).hexdigest()

@@ -17,14 +17,16 @@ from .statements import (Assign, Block, Loop, assigned, assignments, exposed, na
 __all__ = ["check_integers", "views", "propagate", "phased", "private_buffers", "Handover"]
 
 
+_LONG_INTEGER = re.compile(r"\b\d{19,}\b")
+
+
 def check_integers(lines):
     """Compiled code computes with int64: a larger integer (an extent, an offset) is refused
     here with a clear error, not by Numba's type inference."""
-    for line in lines:
-        for literal in re.findall(r"\b\d{19,}\b", line):
-            if int(literal) >= 2**63:
-                raise ValueError(f"the integer {literal} in this program does not fit the int64 "
-                                 "arithmetic of compiled code")
+    for literal in _LONG_INTEGER.findall("\n".join(lines)):
+        if int(literal) >= 2**63:
+            raise ValueError(f"the integer {literal} in this program does not fit the int64 "
+                             "arithmetic of compiled code")
 
 
 def views(slots, pointers):

@@ -30,7 +30,7 @@ from . import codegen  # noqa: F401  (loaded first: its modules' settings key a 
 from .threads import Phases
 
 __all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode",
-           "load", "store"]
+           "load", "store", "family", "load_finished", "store_finished"]
 
 # Whether generated programs are kept (a test that watches the generator at work turns it off)
 KEEP = True
@@ -108,6 +108,35 @@ def key(graph, n_threads):
         return None
     return cache.entry_key(f"# program {graph.fingerprint()} threads={n_threads} "
                            f"blas={fortran.origin()} code={code_digest()} settings={settings()}")
+
+
+def family(graph, n_threads):
+    """The cache key of the finished parts (``parts.Finished``) last generated for a program
+    with ``graph``'s inputs and outputs: an edit of a program (another loss term) has them too.
+    Programs of one signature share it, the last one's parts replacing the one's before."""
+    avals = [(shape, dtype.name) for shape, dtype in graph.in_avals + graph.out_avals]
+    return cache.entry_key(f"# finished parts {avals!r} threads={n_threads} "
+                           f"blas={fortran.origin()} code={code_digest()} settings={settings()}")
+
+
+def load_finished(family):
+    """The finished parts stored as ``family`` (a ``family`` key): ``{key: (lines, work
+    estimate)}``, empty where there are none or they are not such."""
+    stored = cache.read_object(family)
+    try:
+        found = json.loads(stored[0]) if stored is not None else {}
+        return {key: (lines, tuple(estimate)) for key, (lines, estimate) in found.items()
+                if isinstance(key, str) and isinstance(lines, list)
+                and all(isinstance(line, str) for line in lines)
+                and isinstance(estimate, list) and len(estimate) == 3
+                and all(type(n) in (int, bool) for n in estimate)}
+    except (ValueError, TypeError, AttributeError):  # (a JSON error is a ValueError)
+        return {}
+
+
+def store_finished(family, finished):
+    """Keep ``finished`` (``{key: (lines, work estimate)}``) as ``family``."""
+    cache.write_object(family, json.dumps(finished).encode(), f"quabla_finished_{family}", [])
 
 
 def encode(sources, constants, buffers, phases):

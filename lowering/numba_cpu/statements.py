@@ -18,7 +18,7 @@ import itertools
 import re
 
 __all__ = ["Assign", "Loop", "Block", "Code", "render", "walk", "assignments", "assigned",
-           "names", "exposed"]
+           "names", "names_in", "text", "exposed"]
 
 
 class Assign:
@@ -107,13 +107,37 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 
 def names(items):
     """Every name ``items`` mention (read or bound)."""
-    found = set()
-    for item in walk(items):
+    return names_in(text(items))
+
+
+def names_in(written):
+    """Every name in ``written`` (``text``'s)."""
+    return set(_NAME.findall(written))
+
+
+def text(items):
+    """The statements of ``items`` (nested ones included) as one string that tells apart any
+    two lists that render or transform differently: each statement's text, marked by its kind
+    (a loop's counter and bounds, a block's header), a nested body closed by a mark."""
+    out = []
+    _text(items, out)
+    return "\n".join(out)
+
+
+def _text(items, out):
+    for item in items:
         if isinstance(item, Loop):
-            found.update(_NAME.findall(f"{item.var} {item.start} {item.stop} {item.step}"))
+            out.append(f"\x01{item.var} {item.start!r} {item.stop!r} {item.step!r}")
+            _text(item.body, out)
+            out.append("\x04")
+        elif isinstance(item, Block):
+            out.append(("\x02" if item.loops else "\x03") + item.header)
+            _text(item.body, out)
+            out.append("\x04")
+        elif isinstance(item, Assign):  # (its targets apart: each is a name it binds)
+            out.append("\x05" + "\x07".join(item.targets) + f" = {item.value}")
         else:
-            found.update(_NAME.findall(item.header if isinstance(item, Block) else str(item)))
-    return found
+            out.append(item if isinstance(item, str) else f"\x06{type(item).__name__} {item}")
 
 
 def exposed(items, bound=frozenset()):
