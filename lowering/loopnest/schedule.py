@@ -47,8 +47,16 @@ def node_ids(graph):
 def kind(node):
     """The class of a node's op (``Primitive.kind``: elementwise, index map, reduction,
     region), which decides how it is scheduled; None for inputs and constants."""
-    prim = PRIMITIVES.get(node.op)
-    return prim.kind if prim is not None else None
+    found = _KINDS.get(node.op)
+    if found is None:
+        prim = PRIMITIVES.get(node.op)
+        if prim is None:
+            return None
+        found = _KINDS[node.op] = prim.kind
+    return found
+
+
+_KINDS = {}  # op -> the kind of its registered primitive (a primitive is never replaced)
 
 
 def fused(op):

@@ -245,8 +245,8 @@ def _prepare(graph, n_threads, program):
     sources, constants, buffers, phases = module_source(graph, n_threads, finished)
     if program is not None:
         programs.store(program, sources, constants, buffers, phases)
-        if finished.used != finished.known:
-            programs.store_finished(family, finished.used)
+        if len(finished.used) > 1 and finished.used != finished.known:  # (an edit of a
+            programs.store_finished(family, finished.used)  # program of one part shares none)
     return _keyed(sources, constants, buffers, phases)
 
 

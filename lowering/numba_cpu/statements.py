@@ -14,6 +14,7 @@ for a typical entry, and no slower (a scan's step loop ran twice as fast). An in
 binds each element offset it computes more than once to a local first (``bound_offsets``).
 """
 
+import functools
 import itertools
 import re
 
@@ -150,13 +151,20 @@ def exposed(items, bound=frozenset()):
     return found
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _names_of(text):
+    """The names in one statement's ``text``: a part's statements are read when it is cut
+    (``parts.split``) and again when it is finished."""
+    return frozenset(_NAME.findall(text))
+
+
 def _exposed(items, bound, found):
     """``exposed``'s walk: ``bound`` grows by what ``items`` bind and is restored on return
     (one set for the whole tree: a copy per nested loop was quadratic in a deep entry)."""
     added = []
 
     def read(text):
-        found.update(name for name in _NAME.findall(text) if name not in bound)
+        found.update(_names_of(text).difference(bound))
 
     def bind(name):
         if name not in bound:
