@@ -151,11 +151,11 @@ def exposed(items, bound=frozenset()):
     return found
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _names_of(text):
-    """The names in one statement's ``text``: a part's statements are read when it is cut
-    (``parts.split``) and again when it is finished."""
-    return frozenset(_NAME.findall(text))
+@functools.lru_cache(maxsize=1 << 13)
+def _names_of(written):
+    """The names in one statement's text: a part's statements are read when it is cut
+    (``parts.split``) and again when it is finished (a few thousand for a large program)."""
+    return frozenset(_NAME.findall(written))
 
 
 def _exposed(items, bound, found):
@@ -163,8 +163,8 @@ def _exposed(items, bound, found):
     (one set for the whole tree: a copy per nested loop was quadratic in a deep entry)."""
     added = []
 
-    def read(text):
-        found.update(_names_of(text).difference(bound))
+    def read(written):
+        found.update(_names_of(written).difference(bound))
 
     def bind(name):
         if name not in bound:
