@@ -17,7 +17,6 @@ of its own through ``run.spawn`` (fresh compile caches for the cold call, the sa
 the warm one, which also times the step), as ``run.py`` does. Nothing asserts on time.
 """
 
-import argparse
 import math
 import os
 import sys
@@ -144,19 +143,19 @@ LIBRARIES = {"quabla": Quabla, "jax": Jax}
 
 # -- the programs: each returns (step function, its arguments) -------------------------------------
 
-def _rng():
+def generator():
     import numpy as np
 
     return np.random.default_rng(0)
 
 
-def _mlp(L, sizes, scale=1.0):
-    rng = _rng()
+def mlp(L, sizes, scale=1.0):
+    rng = generator()
     return [(L.array(rng.normal(0.0, scale / math.sqrt(m), (m, n))),
              L.array(0.01 * rng.normal(size=n))) for m, n in zip(sizes[:-1], sizes[1:])]
 
 
-def _forward(L, params, h, act):
+def forward(L, params, h, act):
     for w, b in params[:-1]:
         h = act(h @ w + b)
     w, b = params[-1]
@@ -165,8 +164,8 @@ def _forward(L, params, h, act):
 
 def pinn2d_deep(L):
     """Poisson in 2D, 2 -> 20 x 4 -> 1 tanh; the Laplacian as two grad(grad(net, k), k)."""
-    params = _mlp(L, [2, 20, 20, 20, 20, 1])
-    net = lambda p, x, y: _forward(L, p, L.np.stack([x, y]), L.np.tanh)[0]  # noqa: E731
+    params = mlp(L, [2, 20, 20, 20, 20, 1])
+    net = lambda p, x, y: forward(L, p, L.np.stack([x, y]), L.np.tanh)[0]  # noqa: E731
 
     def loss(p, xs, ys):
         lap = lambda x, y: (L.grad(L.grad(net, 1), 1)(p, x, y)  # noqa: E731
@@ -175,14 +174,14 @@ def pinn2d_deep(L):
         src = -2 * PI**2 * L.np.sin(PI * xs) * L.np.sin(PI * ys)
         return L.np.mean((f - src) ** 2)
 
-    pts = _rng().uniform(0, 1, (512, 2))
+    pts = generator().uniform(0, 1, (512, 2))
     return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
 
 
 def pinn3d_mixed(L):
     """A 3D residual with the Laplacian and a mixed derivative u_xy, 3 -> 16 x 3 -> 1 tanh."""
-    params = _mlp(L, [3, 16, 16, 16, 1])
-    net = lambda p, x, y, z: _forward(L, p, L.np.stack([x, y, z]), L.np.tanh)[0]  # noqa: E731
+    params = mlp(L, [3, 16, 16, 16, 1])
+    net = lambda p, x, y, z: forward(L, p, L.np.stack([x, y, z]), L.np.tanh)[0]  # noqa: E731
 
     def residual(p, x, y, z):
         d2 = lambda k: L.grad(L.grad(net, k), k)(p, x, y, z)  # noqa: E731
@@ -191,15 +190,15 @@ def pinn3d_mixed(L):
     def loss(p, xs, ys, zs):
         return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0, 0))(p, xs, ys, zs) ** 2)
 
-    pts = _rng().uniform(0, 1, (256, 3))
+    pts = generator().uniform(0, 1, (256, 3))
     return L.jit(L.value_and_grad(L.edited(loss))), (params,) + tuple(L.array(pts[:, k]) for k in range(3))
 
 
 def burgers(L):
     """Burgers' residual u_t + u u_x - nu u_xx, (t, x) -> 32 -> 32 -> 1 softplus."""
-    params = _mlp(L, [2, 32, 32, 1])
+    params = mlp(L, [2, 32, 32, 1])
     softplus = lambda h: L.np.log1p(L.np.exp(-L.np.abs(h))) + L.np.maximum(h, 0.0)  # noqa: E731
-    u = lambda p, t, x: _forward(L, p, L.np.stack([t, x]), softplus)[0]  # noqa: E731
+    u = lambda p, t, x: forward(L, p, L.np.stack([t, x]), softplus)[0]  # noqa: E731
 
     def residual(p, t, x):
         ut = L.grad(u, 1)(p, t, x)
@@ -210,23 +209,23 @@ def burgers(L):
     def loss(p, ts, xs):
         return L.np.mean(L.vmap(residual, in_axes=(None, 0, 0))(p, ts, xs) ** 2)
 
-    pts = _rng().uniform(-1, 1, (256, 2))
+    pts = generator().uniform(-1, 1, (256, 2))
     return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(pts[:, 0]), L.array(pts[:, 1]))
 
 
 def _pinn1d(L, first_layer):
-    params = _mlp(L, [1, 32, 32, 1])
+    params = mlp(L, [1, 32, 32, 1])
 
     def net(p, t):
         (w1, b1), rest = p[0], p[1:]
         h = L.np.tanh(first_layer(t, w1) + b1)
-        return _forward(L, rest, h, L.np.tanh)[0]
+        return forward(L, rest, h, L.np.tanh)[0]
 
     def loss(p, xs):
         u_xx = L.vmap(L.grad(L.grad(net, 1), 1), in_axes=(None, 0))(p, xs)
         return L.np.mean((u_xx + PI**2 * L.np.sin(PI * xs)) ** 2)
 
-    return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(_rng().uniform(0, 1, 512)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (params, L.array(generator().uniform(0, 1, 512)))
 
 
 def mlp_reshape(L):
@@ -247,15 +246,15 @@ def mlp_broadcast_sum(L):
 def rosenbrock_hessian(L):
     """The dense Hessian of the 32-d Rosenbrock function."""
     f = lambda x: L.np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
-    return L.jit(L.hessian(L.edited(f))), (L.array(_rng().uniform(-1, 1, 32)),)
+    return L.jit(L.hessian(L.edited(f))), (L.array(generator().uniform(-1, 1, 32)),)
 
 
 def mlp_hvp(L):
     """A Hessian-vector product (forward over reverse) of an MLP regression loss."""
-    params = _mlp(L, [8, 64, 64, 1])
-    rng = _rng()
+    params = mlp(L, [8, 64, 64, 1])
+    rng = generator()
     x, y = L.array(rng.normal(size=(128, 8))), L.array(rng.normal(size=(128, 1)))
-    loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
+    loss = lambda p: L.np.mean((forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
     hvp = lambda p, v: L.jvp(L.grad(L.edited(loss)), (p,), (v,))[1]  # noqa: E731
     return L.jit(hvp), (params, params)
 
@@ -274,7 +273,7 @@ def poisson_cg(L):
         u = L.cg(apply, s)
         return L.np.sum(u * u)
 
-    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(_rng().uniform(-1, 1, n)),)
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(generator().uniform(-1, 1, n)),)
 
 
 def lotka_volterra(L):
@@ -308,18 +307,18 @@ def scan_sin(L):
         _, energy = L.scan(step, (x0, 0.0 * x0), drives)
         return L.np.mean(energy)
 
-    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(1.3), L.array(_rng().uniform(-1, 1, 64)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(1.3), L.array(generator().uniform(-1, 1, 64)))
 
 
 def per_example_grads(L):
     """Per-example gradients of a softmax classifier 784 -> 128 -> 10, batch 64."""
-    params = _mlp(L, [784, 128, 10])
-    rng = _rng()
+    params = mlp(L, [784, 128, 10])
+    rng = generator()
     x = L.array(rng.normal(size=(64, 784)))
     labels = L.array(rng.integers(0, 10, 64).astype(float))
 
     def loss(p, xi, label):
-        logits = _forward(L, p, xi, L.np.tanh)
+        logits = forward(L, p, xi, L.np.tanh)
         shifted = logits - L.np.max(logits)
         logp = shifted - L.np.log(L.np.sum(L.np.exp(shifted)))
         onehot = L.np.where(L.np.equal(L.np.arange(10), label), 1.0, 0.0)  # qb: == is identity
@@ -330,11 +329,11 @@ def per_example_grads(L):
 
 def train_adam(L):
     """One training step of an MLP regression with Adam: value_and_grad, then the update."""
-    params = _mlp(L, [4, 64, 64, 1])
-    rng = _rng()
+    params = mlp(L, [4, 64, 64, 1])
+    rng = generator()
     x, y = L.array(rng.normal(size=(256, 4))), L.array(rng.normal(size=(256, 1)))
     init, update = L.adam(1e-3)
-    loss = lambda p: L.np.mean((_forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
+    loss = lambda p: L.np.mean((forward(L, p, x, L.np.tanh) - y) ** 2)  # noqa: E731
 
     def step(p, state):
         value, grads = L.value_and_grad(L.edited(loss))(p)
@@ -346,7 +345,7 @@ def train_adam(L):
 
 def kernel_lsq(L):
     """Kernel least squares, 100 x 100 Gaussian kernel, SGD with momentum written out."""
-    rng = _rng()
+    rng = generator()
     pts = L.array(rng.uniform(-1, 1, (100, 2)))
     target = L.array(rng.normal(size=100))
     d2 = L.np.sum((pts[:, None, :] - pts[None, :, :]) ** 2, axis=-1)
@@ -367,9 +366,9 @@ def kernel_lsq(L):
 def ns_steady(L):
     """Steady 2D incompressible Navier-Stokes residuals, (x, y) -> (u, v, p), 2 -> 24 -> 24 -> 3
     tanh; first derivatives by jacfwd, second by hessian of each velocity component."""
-    params = _mlp(L, [2, 24, 24, 3])
+    params = mlp(L, [2, 24, 24, 3])
     nu = 0.02
-    net = lambda p, z: _forward(L, p, z, L.np.tanh)  # noqa: E731
+    net = lambda p, z: forward(L, p, z, L.np.tanh)  # noqa: E731
 
     def residual(p, z):
         out = net(p, z)
@@ -384,14 +383,14 @@ def ns_steady(L):
     def loss(p, pts):
         return L.np.mean(L.vmap(residual, in_axes=(None, 0))(p, pts) ** 2)
 
-    pts = L.array(_rng().uniform(0, 1, (256, 2)))
+    pts = L.array(generator().uniform(0, 1, (256, 2)))
     return L.jit(L.value_and_grad(L.edited(loss))), (params, pts)
 
 
 def gp_nll(L):
     """A Gaussian process's negative log marginal likelihood (RBF kernel, 80 points, Cholesky
     and a triangular solve), value and gradient w.r.t. the three log hyperparameters."""
-    rng = _rng()
+    rng = generator()
     X = L.array(rng.uniform(-2, 2, (80, 2)))
     y = L.array(rng.normal(size=80))
 
@@ -420,7 +419,7 @@ def heat_roll(L):
         u, _ = L.scan(step, u0, L.np.zeros(400))
         return L.np.sum((u - target) ** 2)
 
-    return L.jit(L.value_and_grad(L.edited(misfit))), (L.array(0.3 + 0.1 * _rng().uniform(size=n)),)
+    return L.jit(L.value_and_grad(L.edited(misfit))), (L.array(0.3 + 0.1 * generator().uniform(size=n)),)
 
 
 # Added in session 22, written before anything was measured on them: stencils spelled with
@@ -445,7 +444,7 @@ def heat_pad2d(L):
         u, _ = L.scan(step, u0, L.np.zeros(60))
         return L.np.sum((u - target) ** 2)
 
-    kappa = L.array(0.2 + 0.05 * _rng().uniform(size=(n, n)))
+    kappa = L.array(0.2 + 0.05 * generator().uniform(size=(n, n)))
     return L.jit(L.value_and_grad(L.edited(misfit))), (kappa,)
 
 
@@ -479,8 +478,8 @@ def burgers_upwind(L):
 def siren_helmholtz(L):
     """1D Helmholtz PINN u'' + k^2 u = f with sine activations (x -> 32 -> 32 -> 1, the first
     layer scaled by 6 as SIREN writes it), u'' by grad(grad(u)) under vmap, 400 points."""
-    params = _mlp(L, [1, 32, 32, 1])
-    xs = L.array(_rng().uniform(-1.0, 1.0, 400))
+    params = mlp(L, [1, 32, 32, 1])
+    xs = L.array(generator().uniform(-1.0, 1.0, 400))
 
     def u(p, x):
         h = L.np.sin(6.0 * (L.np.reshape(x, (1,)) @ p[0][0] + p[0][1]))
@@ -499,7 +498,7 @@ def poisson_glm(L):
     """Poisson regression with a softplus link, 2000 samples x 20 features: the negative
     log-likelihood (log of the rate, log-factorials by lgamma-free constants) and its
     gradient, plus an L1-smoothed penalty log(cosh(w))."""
-    rng = _rng()
+    rng = generator()
     X = L.array(rng.normal(size=(2000, 20)) / 4.0)
     y = L.array(rng.poisson(2.0, size=2000).astype(float))
 
@@ -607,19 +606,11 @@ def table(all_results, impls):
     ratios = [mean(logs[c]) for c in columns] + [""] if len(impls) == 2 else []
     lines.append(" | ".join(["geometric mean"] + [""] * (len(columns) * len(impls))
                             + edits + ratios))
-    errors = [f"{program} {impl} {phase}: {r[impl][phase]['error']}"
-              for program, r in all_results.items() for impl in r for phase in r[impl]
-              if "error" in r[impl][phase]]
-    return "\n".join(lines + errors)
+    return "\n".join(lines + run.failures(all_results))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("programs", nargs="*", default=list(PROGRAMS))
-    parser.add_argument("--impls", default="quabla,jax")
-    parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--json")
-    parser.add_argument("--child", nargs=3)
+    parser = run.program_parser(__doc__.splitlines()[0], PROGRAMS)
     args = parser.parse_args(argv)
     if args.child:
         return run.report(child, args.child)

@@ -376,6 +376,25 @@ def main(argv=None):
     return 0
 
 
+def program_parser(description, programs):
+    """The options of a script that runs named programs beside JAX (corpus.py, edits.py):
+    the programs, ``--impls``, ``--timeout``, ``--json`` and the child's ``--child``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("programs", nargs="*", default=list(programs))
+    parser.add_argument("--impls", default="quabla,jax")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--json")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    return parser
+
+
+def failures(all_results):
+    """A line per failed measurement of ``{program: {impl: {phase: result}}}``."""
+    return [f"{program} {impl} {phase}: {r[impl][phase]['error']}"
+            for program, r in all_results.items() for impl in r for phase in r[impl]
+            if "error" in r[impl][phase]]
+
+
 def save_json(path, results):
     """The raw results of a benchmark script to ``path`` (its --json option), if given."""
     if path:

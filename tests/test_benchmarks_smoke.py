@@ -158,3 +158,34 @@ def test_corpus_programs_agree_with_jax(program, edit, monkeypatch):
     jax_lib.edit = edit
     fn, args = corpus.PROGRAMS[program](jax_lib)
     np.testing.assert_allclose(ours, corpus.summary(jax_lib, fn(*args)), rtol=1e-6, atol=1e-9)
+
+
+edits = _load("edits")
+
+
+@pytest.mark.parametrize("program", sorted(edits.PROGRAMS))
+def test_edits_add_the_terms_they_name(monkeypatch, program):
+    """benchmarks/edits.py: a penalty edit adds 1e-4 times the parameters' squares, a width or
+    layer edit is another network (its own parameters), and a boundary edit adds a term."""
+    monkeypatch.setenv("QUABLA_BACKEND", "interpret")  # keep the smoke test free of compiles
+    import quabla as qb
+
+    lib = edits.corpus.LIBRARIES["quabla"]()
+    fn, (params,) = edits.PROGRAMS[program](lib)
+    value = fn(params)[0].item()
+    penalty = 1e-4 * sum(float(np.sum(np.asarray(leaf) ** 2)) for leaf in qb.tree.leaves(params))
+    edited, (same,) = edits.PROGRAMS[program](lib, "penalty")
+    np.testing.assert_allclose(edited(same)[0].item(), value + penalty, rtol=1e-12)
+    boundary, (same,) = edits.PROGRAMS[program](lib, "boundary")
+    assert boundary(same)[0].item() > value
+    for kind in ("width", "layer"):
+        _, (other,) = edits.PROGRAMS[program](lib, kind)
+        shapes = [np.shape(leaf) for leaf in qb.tree.leaves(other)]
+        assert shapes != [np.shape(leaf) for leaf in qb.tree.leaves(params)], kind
+
+
+def test_edits_table_prints_ratios():
+    results = {"p": {impl: {"original": {"first_call": 1.0}, "penalty": {"first_call": 0.25}}
+                     for impl in ("quabla", "jax")}}
+    text = edits.table(results, ["quabla", "jax"], ["penalty"])
+    assert "0.25" in text and "1.00" in text and "geometric mean, penalty: 0.25" in text
