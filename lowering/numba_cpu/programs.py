@@ -106,8 +106,14 @@ def key(graph, n_threads):
     constants = _constant_bytes(graph) if KEEP and code_digest() is not None else None
     if constants is None or constants > MAX_CONSTANT_BYTES:
         return None
-    return cache.entry_key(f"# program {graph.fingerprint()} threads={n_threads} "
-                           f"blas={fortran.origin()} code={code_digest()} settings={settings()}")
+    return cache.entry_key(f"# program {graph.fingerprint()} {_generator(n_threads)}")
+
+
+def _generator(n_threads):
+    """What a generated program depends on besides its graph: the tile-loop threads, the
+    BLAS and LAPACK it may call, the generator's code and settings."""
+    return (f"threads={n_threads} blas={fortran.origin()} code={code_digest()} "
+            f"settings={settings()}")
 
 
 def family(graph, n_threads):
@@ -115,8 +121,7 @@ def family(graph, n_threads):
     with ``graph``'s inputs and outputs: an edit of a program (another loss term) has them too.
     Programs of one signature share it, the last one's parts replacing the one's before."""
     avals = [(shape, dtype.name) for shape, dtype in graph.in_avals + graph.out_avals]
-    return cache.entry_key(f"# finished parts {avals!r} threads={n_threads} "
-                           f"blas={fortran.origin()} code={code_digest()} settings={settings()}")
+    return cache.entry_key(f"# finished parts {avals!r} {_generator(n_threads)}")
 
 
 def load_finished(family):
