@@ -33,8 +33,8 @@ def _cpu_compile(graph, device, options):
 
 
 def _cpu_source(graph, device):
-    from .numba_cpu import module_source
-    return "\n".join(module_source(graph)[0])
+    from .numba_cpu import sources
+    return "\n".join(sources(graph))
 
 
 def _cpu_check(graph, device):

@@ -17,7 +17,7 @@ import pytest
 import quabla as qb
 import device_cases
 from lowering import cache
-from lowering.numba_cpu import compile_graph, load_cached, module_source, parts
+from lowering.numba_cpu import compile_graph, load_cached, module_source, parts, sources
 from quabla.core.expand import expand
 from quabla.core.interpret import evaluate
 
@@ -125,11 +125,15 @@ def test_a_penalty_on_the_parameters_recompiles_only_the_tail(small_parts, monke
     last, quabla/transforms/vjp.py; the term itself; the small results copied into place):
     the edited program's statements before the tail are the original's, names and scratch
     slots included, and compiled after it, it compiles only the parts from its tail on. It
-    gives the interpreter's results, called twice."""
+    gives the interpreter's results, called twice. (Programs not cut into terms: a sum's
+    terms that share no work are programs of their own, lowering/terms.py, and the tail is
+    what an edit changes where the outputs are no such sums, as in an optimizer's step.)"""
     import lowering.numba_cpu as cpu
+    from lowering import terms
     from lowering.numba_cpu import programs
     from lowering.numba_cpu.statements import render
 
+    monkeypatch.setattr(terms, "SPLIT_NODES", 10**9)
     monkeypatch.setattr(cpu, "PARALLEL_PARTS", 10**6)  # every compile in this process
     monkeypatch.setattr(programs, "KEEP", False)  # each program generated here, not kept
     cuts = []
@@ -493,8 +497,8 @@ def test_a_tampered_part_is_compiled_again(small_parts):
     case = WHOLE_PROGRAMS["pinn-value_and_grad"]
     graph = qb.jit(case.fn).lower(*case.args).graph
     device_cases.check("cpu", case)
-    sources = module_source(graph)[0]
-    key = cache.entry_key(sources[len(sources) // 2])
+    compiled = sources(graph)
+    key = cache.entry_key(compiled[len(compiled) // 2])
     stored = cache.read_object(key)
     assert stored is not None
     target = os.path.join(cache.cache_dir(), key + ".o")

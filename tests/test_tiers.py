@@ -12,9 +12,9 @@ import pytest
 
 import quabla as qb
 from quabla.core.interpret import evaluate
-from lowering import cache, native
-from lowering.numba_cpu import (direct, entry_module, module_source, optimised, parts_compiled,
-                                threads)
+from lowering import cache, native, terms
+from lowering.numba_cpu import (TermsExecutable, direct, entry_module, optimised,
+                                parts_compiled, sources, threads)
 
 _DTYPES = {"float64": "float64", "float32": "float32"}
 
@@ -169,11 +169,17 @@ def _adam_like(rng):
     return step, loss, (p, m)
 
 
+@pytest.mark.parametrize("cut", [True, False], ids=["terms", "whole"])
 @pytest.mark.parametrize("program", [_per_example, _adam_like])
-def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(program):
+def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(program, cut,
+                                                                             monkeypatch):
     """The edit (another loss term) compiles its new part quickly; the optimised part is then
     compiled, stored and swapped in: the entry's address changes, the results keep their bits
-    and are the interpreter's, and every part of the program is in the cache."""
+    and are the interpreter's, and every part of the program is in the cache. With ``cut``,
+    the term added is a program of its own where the outputs are sums (lowering/terms.py):
+    its parts are the edit's new ones; without, its parts are those of the schedule's tail."""
+    if not cut:
+        monkeypatch.setattr(terms, "SPLIT_NODES", 10**9)
     transform, loss, args = program(np.random.default_rng(3))
     weight = 1e-3 * (1.0 + np.random.default_rng().uniform())  # a program no run compiled
 
@@ -187,13 +193,17 @@ def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(pro
     compiled = lowered.compile()
     first = [np.asarray(x) for x in qb.tree.leaves(compiled(*args))]
     assert parts_compiled() - before == 1, "the edit compiled more than its last part"
-    address = compiled.executable.address
+    executable = compiled.executable
+    if isinstance(executable, TermsExecutable):
+        executable = executable.executables[-1]  # the term added
+    address = executable.address
     optimised()
-    assert compiled.executable.address != address, "the optimised part was not swapped in"
+    assert executable.address != address, "the optimised part was not swapped in"
     second = [np.asarray(x) for x in qb.tree.leaves(compiled(*args))]
     assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second))
-    sources = module_source(lowered.graph, threads.count())[0]
-    assert all(cache.read_object(cache.entry_key(source)) is not None for source in sources)
+    compiled_sources = sources(lowered.graph, threads.count())
+    assert all(cache.read_object(cache.entry_key(source)) is not None
+               for source in compiled_sources)
     expected = evaluate(lowered.graph, [np.asarray(leaf) for leaf in qb.tree.leaves(args)])
     for ours, theirs in zip(second, expected):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)

@@ -30,11 +30,14 @@ def _np_name(dtype):
 
 
 def numba_function(executable, name):
-    """A ``numba.njit`` dispatcher running ``executable`` (a ``NativeExecutable``): one argument
-    per graph input (an array of its dtype and shape, any layout, or a scalar for a 0-d one),
-    returning the output (a scalar for a 0-d one), or a tuple of them for several."""
+    """A ``numba.njit`` dispatcher running ``executable`` (a ``NativeExecutable``, or a
+    ``TermsExecutable``: its terms' dispatchers called in turn): one argument per graph input
+    (an array of its dtype and shape, any layout, or a scalar for a 0-d one), returning the
+    output (a scalar for a 0-d one), or a tuple of them for several."""
     import numba
 
+    if hasattr(executable, "terms"):
+        return _terms_function(executable, name)
     graph = executable.graph
     inputs = [graph.nodes[i] for i in graph.inputs]
     outputs = [graph.nodes[o] for o in graph.outputs]
@@ -67,6 +70,28 @@ def numba_function(executable, name):
                  "entry": ctypes.CFUNCTYPE(None, ctypes.c_void_p)(executable.address)}
     exec("\n".join(lines) + "\n", namespace)
     namespace["_call"] = numba.njit(namespace["_call"])
+    return numba.njit(tuple(_numba_type(node) for node in inputs))(namespace[name])
+
+
+def _terms_function(executable, name):
+    """``numba_function`` of a ``TermsExecutable``: each term's dispatcher called in order,
+    the sums so far of its outputs passed to the next."""
+    import numba
+
+    graph = executable.graph
+    namespace, last = {}, {}
+    lines = [f"def {name}({', '.join(f'a{k}' for k in range(len(graph.inputs)))}):"]
+    for i, (term, part) in enumerate(zip(executable.terms, executable.executables)):
+        namespace[f"t{i}"] = numba_function(part, f"{name}_{i}")
+        args = [f"a{k}" for k in term.inputs] + [last[k] for k in term.outputs if i]
+        lines.append(f"    r{i} = t{i}({', '.join(args)})")
+        one = len(term.outputs) == 1  # a dispatcher of one output returns it alone
+        last.update((k, f"r{i}" if one else f"r{i}[{j}]") for j, k in enumerate(term.outputs))
+    results = [last[k] for k in range(len(graph.outputs))]
+    lines.append("    return " + (results[0] if len(results) == 1 else
+                                 "(" + "".join(r + ", " for r in results) + ")"))
+    exec("\n".join(lines) + "\n", namespace)
+    inputs = [graph.nodes[i] for i in graph.inputs]
     return numba.njit(tuple(_numba_type(node) for node in inputs))(namespace[name])
 
 

@@ -120,9 +120,9 @@ class Compiled:
         one NumPy array per array leaf, returning the result's leaves (one: the array itself,
         a 0-d one as a scalar; several: a tuple)."""
         if self._numba is None:
-            from lowering.numba_cpu import NativeExecutable
+            from lowering.numba_cpu import NativeExecutable, TermsExecutable
 
-            if not isinstance(self.executable, NativeExecutable):
+            if not isinstance(self.executable, (NativeExecutable, TermsExecutable)):
                 raise UnsupportedOperationError(
                     f".numba needs the Numba CPU back end; {self.signature.staged.name} was "
                     f"compiled for device {self.device!r} by {type(self.executable).__name__}",
