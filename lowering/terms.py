@@ -26,6 +26,7 @@ its own loops, and a step makes one call more. A program with inputs it does not
 term without them, so that it is its edit's main term.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -33,12 +34,16 @@ import numpy as np
 from quabla.core.graph import Const, Graph, Node
 from quabla.core.primitives import PRIMITIVES
 
-__all__ = ["Term", "split", "canonical", "SPLIT_NODES"]
+__all__ = ["Term", "split", "canonical", "SPLIT_NODES", "CARRIED_ELEMENTS"]
 
 # A program of fewer nodes (its regions' bodies counted) is not cut: it compiles in a few
 # milliseconds, about what a second program costs (its key, its generation, its linking), and
 # a call of a few microseconds would make two.
 SPLIT_NODES = 40
+# Nor one whose rest would carry more elements than this in the sums it adds to: each is read
+# and written once more per call (per-example gradients of a classifier, 6.5 million: their
+# step took twice as long).
+CARRIED_ELEMENTS = 1 << 20
 
 
 class Term(NamedTuple):
@@ -55,10 +60,10 @@ def split(graph):
     and the rest, or the whole alone (``canonical``) where its outputs are not sums of terms
     that share no work, where the rest would write an output that is not a float or only one
     of several (a loss's value whose gradient a step then reads, as an optimizer's does: the
-    main term changes with the added term anyway), or where it has fewer than
-    ``SPLIT_NODES`` nodes. Each term's graph reads only the inputs it uses: an edit may add an
-    argument (its term's data), and the original may have one its loss does not read (a
-    network's last bias, under two derivatives)."""
+    main term changes with the added term anyway), where it has fewer than ``SPLIT_NODES``
+    nodes or the rest would carry more than ``CARRIED_ELEMENTS``. Each term's graph reads
+    only the inputs it uses: an edit may add an argument (its term's data), and the original
+    may have one its loss does not read (a network's last bias, under two derivatives)."""
     cut = _cut(graph)
     if cut is not None:
         return cut
@@ -82,7 +87,8 @@ def _cut(graph):
     rest = {(k, leaf) for (k, leaf), g in zip(leaves, group) if g not in (main, None)}
     written = {k for k, _ in rest}
     if not rest or any(not nodes[graph.outputs[k]].dtype.is_floating for k in written) or (
-            len(written) < min(2, len(graph.outputs))):
+            len(written) < min(2, len(graph.outputs))) or sum(
+            math.prod(nodes[graph.outputs[k]].shape) for k in written) > CARRIED_ELEMENTS:
         return None
     return [_term(graph, trees, first, main=True),
             _term(graph, trees, {leaf for _, leaf in rest}, main=False)]

@@ -280,3 +280,16 @@ def test_a_program_s_key_does_not_depend_on_where_its_free_nodes_were_traced():
     assert moved.fingerprint() == late.fingerprint()
     values = [np.arange(4.0), np.arange(12.0).reshape(3, 4)]
     np.testing.assert_array_equal(evaluate(moved, values)[0], evaluate(early, values)[0])
+
+
+def test_large_carried_sums_stay_in_one_program(monkeypatch):
+    """Per-example gradients with a penalty: the rest would read and write every example's
+    gradient once more per call, so the program is not cut (``CARRIED_ELEMENTS``)."""
+    def loss(w, x):
+        return qb.sum(_deep(w, x[None]) ** 2) + 1e-3 * qb.sum(qb.sin(w) ** 2)
+
+    fn = qb.vmap(qb.grad(loss), in_axes=(None, 0))
+    graph = _graph(fn, _W, _X)
+    assert len(terms.split(graph)) == 2
+    monkeypatch.setattr(terms, "CARRIED_ELEMENTS", _X.shape[0] * _W.size - 1)
+    assert len(terms.split(graph)) == 1
