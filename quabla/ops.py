@@ -116,8 +116,9 @@ def promote(name, operands, kind="float"):
 
 def broadcast_all(name, arrays):
     shapes = [tuple(a.shape) for a in arrays]
-    try:
-        shape = np.broadcast_shapes(*shapes)
+    try:  # (most operands of a traced op have one shape: NumPy's rule costs ~5 us a call)
+        shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else np.broadcast_shapes(
+            *shapes)
     except ValueError:
         raise ValueError(
             f"quabla.{name}: shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
