@@ -420,19 +420,19 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
     is compiled as before."""
     for key, source in parts:
         cache.write_source(key, source)  # a planted or corrupted source never stays
-    translated = {}
+    translated, quick = {}, {}
     for key, source in missing:
         external.prefetch(source)  # needed when the object is linked (native.load)
         try:
             with _deep_recursion():
-                text, name, quick, free = direct.translation(key, source)
+                text, name, own, free = direct.translation(key, source)
         except direct.Unsupported:
             return None
-        if free and not quick:  # its sums' bits would change with the swap
+        if free and not own:  # its sums' bits would change with the swap
             return None
-        translated[key] = text, name, quick
-    quick = {key: direct.DirectEntry(text, name, quick=True)
-             for key, (text, name, _) in translated.items()}
+        translated[key] = text, name, own
+        # LLVM compiles it on a thread while the next part is translated
+        quick[key] = direct.DirectEntry(text, name, quick=True)
     linked = []
     for key, _ in parts:
         if key in quick:

@@ -18,7 +18,6 @@ import collections
 import math
 import re
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from .. import fortran
@@ -836,8 +835,7 @@ def _translated(body, name, mark_sums=True):
     types = {}
     for _ in range(8):  # each retry widens a variable's type
         module = ir.Module(name=name)
-        module.triple = llvm.get_process_triple()
-        module.data_layout = str(machine.target_machine().target_data)
+        module.triple, module.data_layout = machine.module_target()
         function = _Function(module, name, types, single, bases, mark_sums)
         try:
             function.body(body)

@@ -12,14 +12,15 @@ A part that does little of its program's work (workload.py) gets the quick pipel
 the vectorisers, then LLVM's fast instruction selector (a target machine at O0).
 """
 
+import functools
 import inspect
 import os
 import threading
 
 import llvmlite.binding as llvm
 
-__all__ = ["OPTIMISATION_LEVEL", "target_machine", "tuning", "optimise", "emit",
-           "compile_module", "externals", "ObjectCode", "LLVM_THREAD"]
+__all__ = ["OPTIMISATION_LEVEL", "target_machine", "module_target", "tuning", "optimise",
+           "emit", "compile_module", "externals", "ObjectCode", "LLVM_THREAD"]
 
 # O3 (Numba's default) unrolls more and takes longer, for no measurable gain on generated loops
 OPTIMISATION_LEVEL = 2
@@ -69,6 +70,14 @@ def target_machine(quick=False):
                 options["jit"] = True
             machine = _machines[quick] = target.create_target_machine(**options)
         return machine
+
+
+@functools.lru_cache(maxsize=None)
+def module_target():
+    """``(triple, data layout)`` of the host, for a module translated here: asked of LLVM once
+    per process, since every call into llvmlite waits for its one lock, which a thread
+    optimising a part holds for as long as that takes (a part's translation would wait)."""
+    return llvm.get_process_triple(), str(target_machine().target_data)
 
 
 def tuning(slp=False, unroll=False, loop_vectorize=None, quick=False):
