@@ -207,3 +207,27 @@ def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(pro
     expected = evaluate(lowered.graph, [np.asarray(leaf) for leaf in qb.tree.leaves(args)])
     for ours, theirs in zip(second, expected):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_the_optimisation_waits_unless_hurried(monkeypatch):
+    """The thread that optimises an edit's parts waits before it starts (``OPTIMISE_AFTER``:
+    its Python would take the GIL from the edit's first call), unless ``optimised`` hurries it,
+    as the next compile, a fork and the exit do: here it would wait an hour."""
+    import lowering.numba_cpu as cpu
+
+    monkeypatch.setattr(cpu, "OPTIMISE_AFTER", 3600.0)
+    transform, loss, args = _per_example(np.random.default_rng(4))
+    weight = 1e-3 * (1.0 + np.random.default_rng().uniform())
+    qb.jit(transform(loss))(*args)
+    optimised()
+    compiled = qb.jit(transform(lambda w, x: loss(w, x) + weight * qb.sum(w * w))).lower(
+        *args).compile()
+    executable = compiled.executable
+    if isinstance(executable, TermsExecutable):
+        executable = executable.executables[-1]
+    address = executable.address
+    first = [np.asarray(x) for x in qb.tree.leaves(compiled(*args))]
+    optimised(timeout=300)
+    assert executable.address != address, "the optimised part was not swapped in"
+    second = [np.asarray(x) for x in qb.tree.leaves(compiled(*args))]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second))

@@ -410,7 +410,13 @@ def _linked_entry(graph, parts, buffers, phases):
 # (direct.py: ``_sum_loops``). A process waits for its optimisations when it exits, so the cache
 # keeps optimised parts only. QUABLA_TIERS=0 compiles the optimised parts at once.
 TIERS = os.environ.get("QUABLA_TIERS", "1") != "0"
+# Seconds the optimising thread waits before it starts, unless a compile, a cache lookup, a
+# fork or the exit hurries it (``optimised``): its Python between LLVM's calls takes the GIL
+# from the edit's first call for up to a switch interval at a time (a 0.5 ms call took 4-7 ms
+# in three runs of four).
+OPTIMISE_AFTER = 0.05
 _optimising = []  # the threads optimising parts now
+_hurry = threading.Event()  # set while ``optimised`` waits for them
 
 
 def _tiered(graph, parts, missing, constants, buffers, sources, phases):
@@ -464,6 +470,7 @@ def _optimise(executable, graph, keys, translated, buffers, phases):
     the program of ``keys`` linked from it into ``executable`` (a weak reference) if that
     still lives."""
     try:
+        _hurry.wait(OPTIMISE_AFTER)
         with _IN_FLIGHT:
             for key, (text, name, _) in translated.items():
                 code, externals = direct.DirectEntry(text, name).result()
@@ -483,8 +490,11 @@ def optimised(timeout=None):
     a process does at exit, before a compile or a cache lookup, and before a fork."""
     with _OPTIMISING:
         pending = list(_optimising)
-    for thread in pending:
-        thread.join(timeout)
+    if pending:
+        _hurry.set()
+        for thread in pending:
+            thread.join(timeout)
+        _hurry.clear()
 
 
 atexit.register(lambda: optimised(WORKER_TIMEOUT))
