@@ -233,7 +233,10 @@ class TermsExecutable:
             args = [f"a{k}" for k in term.inputs] + [last[k] for k in term.outputs if i]
             lines.append(f"    r{i} = t{i}({', '.join(args)})")
             last.update((k, f"r{i}[{j}]") for j, k in enumerate(term.outputs))
-        lines.append(f"    return ({''.join(last[k] + ', ' for k in range(len(last)))})")
+        if len(terms) == 1:  # the inputs it reads: its results as they are
+            lines[-1] = lines[-1].replace("r0 = ", "return ")
+        else:
+            lines.append(f"    return ({''.join(last[k] + ', ' for k in range(len(last)))})")
         exec("\n".join(lines) + "\n", namespace)
         self.run = namespace.pop("run")
 
