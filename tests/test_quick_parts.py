@@ -8,7 +8,9 @@ import pytest
 
 import quabla as qb
 import device_cases
-from lowering.numba_cpu import compile_graph, load_cached, module_source, parts, workload
+from lowering import cache, numba_cpu
+from lowering.numba_cpu import (compile_graph, load_cached, machine, module_source, parts,
+                                workload)
 from lowering.numba_cpu.statements import Block, Loop
 from quabla.core.interpret import evaluate
 
@@ -55,6 +57,33 @@ def test_quick_parts_are_those_doing_one_hundredth_of_the_work(estimates, expect
     assert workload.quick_parts(estimates) == expected
 
 
+def _graph_of(fn, *args):
+    return qb.jit(fn).lower(*args).graph
+
+
+def test_a_graph_s_work_counts_elements_products_and_loop_steps():
+    x, w = np.ones((6, 4)), np.ones((4, 3))
+    once = workload.graph_work(_graph_of(qb.sin, x))
+    assert workload.graph_work(_graph_of(lambda x: qb.sin(qb.sin(x)), x)) == once + 6 * 4
+    product = workload.graph_work(_graph_of(lambda x, w: x @ w, x, w))
+    assert product == 6 * 4 + 4 * 3 + 6 * 3 * 4 // workload.PRODUCT_SPEED  # inputs, product
+
+    def scanned(length):
+        step = lambda c, _: (qb.sin(c), None)  # noqa: E731
+        return workload.graph_work(_graph_of(lambda x: qb.scan(step, x, length=length)[0], x))
+    body = (scanned(10) - scanned(5)) // 5
+    assert body > 6 * 4 and scanned(20) - scanned(10) == 10 * body
+    looped = _graph_of(lambda x: qb.while_loop(lambda c: qb.sum(c) < 9.0, qb.exp, x), x)
+    assert workload.graph_work(looped) is None
+
+
+@pytest.mark.parametrize("own, whole, light", [
+    (5, 500, True), (5, 499, False), (5, None, True), (None, 10**9, False)])
+def test_a_term_is_light_at_one_hundredth_of_the_whole(monkeypatch, own, whole, light):
+    monkeypatch.setattr(workload, "graph_work", lambda graph: own)
+    assert workload.light(None, whole) == light
+
+
 def _penalised(w, b, x):
     """A small MLP loss whose L2 penalty and gradient copies are a tail of little work."""
     h = qb.tanh(x @ w + b)
@@ -70,12 +99,30 @@ def program(monkeypatch):
     return graph, [w, b, x]
 
 
-def test_a_tail_of_little_work_is_quick_and_gives_the_interpreter_s_results(program):
+def test_a_tail_of_little_work_is_quick_and_gives_the_interpreter_s_results(program,
+                                                                          monkeypatch,
+                                                                          tmp_path):
+    """A quick part compiles by LLVM's bare pipeline, the others optimised (in this process:
+    no forked copies)."""
     graph, values = program
     sources = module_source(graph)[0]
     marks = ["lean_pipeline(quick=True)" in source for source in sources]
     assert len(sources) > 1 and any(marks) and not all(marks), marks
+    pipelines = []
+    compile_module = machine.ObjectCode._compile
+
+    def recorded(self, module):
+        pipelines.append(self._pipeline)
+        return compile_module(self, module)
+
+    monkeypatch.setattr(machine.ObjectCode, "_compile", recorded)
+    monkeypatch.setattr(numba_cpu, "PARALLEL_PARTS", 10**6)
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))  # nothing compiled yet
+    monkeypatch.setattr(cache, "_DIRS", None)
     executable = compile_graph(graph, {})
+    compiled = ["lean_pipeline(quick=True)" in source for source in numba_cpu.sources(graph)]
+    assert sorted(pipelines) == sorted(machine.BARE if m else machine.OPTIMISED
+                                       for m in compiled)
     first, again = executable(*values), executable(*values)
     for a, b, e in zip(first, again, evaluate(graph, values)):
         np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-13)

@@ -14,11 +14,12 @@ from quabla.core.graph import Graph, Node
 from quabla.core.interpret import evaluate
 from quabla.dtypes import float64
 from lowering import terms
-from lowering.numba_cpu import (NativeExecutable, TermsExecutable, load_cached, module_source,
-                                optimised, parts_compiled)
+from lowering.numba_cpu import (NativeExecutable, TermsExecutable, load_cached, machine,
+                                module_source, optimised, parts_compiled, sources, workload)
 
 RNG = np.random.default_rng(5)
 XS = np.linspace(0.0, 1.0, 24)
+MANY = np.linspace(0.0, 1.0, 100)  # the PINN's work a hundred times its penalty's
 
 
 def _fresh():
@@ -132,6 +133,62 @@ def test_an_edit_compiles_its_added_term_alone_with_the_interpreter_s_results():
     values = [np.asarray(a) for a in qb.tree.leaves((PARAMS, XS))]
     for ours, theirs in zip(warm(*values), second):
         assert ours.tobytes() == theirs.tobytes()
+
+
+def _quick_marks(graph):
+    """Whether each part of each term of ``graph`` compiles with a quick pipeline."""
+    return [["lean_pipeline(quick=True)" in source for source in module_source(
+        term.graph, light=k > 0 and workload.light(term.graph, workload.graph_work(graph)))[0]]
+        for k, term in enumerate(terms.split(graph))]
+
+
+@pytest.mark.parametrize("extra, light", [("penalty", True), ("data", False)])
+def test_a_term_of_little_work_is_light_every_part_quick(extra, light):
+    """A penalty's term (its value and gradient: a sum over the weights) does less than a
+    hundredth of the PINN's work at 100 points: every part of it is quick, as ``sources`` shows them; data
+    at 200 points (the network and its gradient at each) is not light."""
+    xs = np.linspace(0.0, 1.0, 200) if extra == "data" else XS
+
+    def loss(p, xs):
+        value = _pinn()(p, MANY)
+        if extra == "data":
+            return value + qb.mean((qb.vmap(_net, in_axes=(None, 0))(p, xs) - 0.5) ** 2)
+        return value + 1e-3 * sum(qb.sum(w * w) for w, _ in p)
+
+    graph = _graph(qb.value_and_grad(loss), PARAMS, xs)
+    main, rest = _quick_marks(graph)
+    assert not all(main) and all(rest) == light
+    shown = sources(graph)
+    assert len(shown) == len(main) + len(rest)
+    assert ["lean_pipeline(quick=True)" in s for s in shown] == main + rest
+
+
+def test_an_edit_of_a_light_term_compiles_it_once_by_the_bare_pipeline(monkeypatch):
+    """Compiled after its original, a penalty's edit compiles the light term's parts by the
+    bare pipeline alone (no quick tier, nothing optimised later): the interpreter's results,
+    the same bits when called again, after ``optimised``, and linked warm."""
+    qb.jit(qb.value_and_grad(_pinn()))(PARAMS, MANY)
+    optimised()
+    pipelines = []
+    compile_module = machine.ObjectCode._compile
+
+    def recorded(self, module):
+        pipelines.append(self._pipeline)
+        return compile_module(self, module)
+
+    monkeypatch.setattr(machine.ObjectCode, "_compile", recorded)
+    fn = qb.value_and_grad(_pinn("penalty", _fresh()))
+    graph = _graph(fn, PARAMS, MANY)
+    assert all(_quick_marks(graph)[1])
+    compiled = qb.jit(fn).lower(PARAMS, MANY).compile()
+    first = [np.asarray(x) for x in qb.tree.leaves(compiled(PARAMS, MANY))]
+    optimised()
+    assert pipelines and set(pipelines) == {machine.BARE}
+    _check(compiled, graph, (PARAMS, MANY))
+    values = [np.asarray(a) for a in qb.tree.leaves((PARAMS, MANY))]
+    again = qb.tree.leaves(compiled(PARAMS, MANY))
+    for ours, twice, theirs in zip(load_cached(graph)(*values), again, first):
+        assert ours.tobytes() == theirs.tobytes() == np.asarray(twice).tobytes()
 
 
 def _unused_by_main(p, x):

@@ -13,7 +13,7 @@ import pytest
 import quabla as qb
 from quabla.core.interpret import evaluate
 from lowering import cache, native, terms
-from lowering.numba_cpu import (TermsExecutable, direct, entry_module, optimised,
+from lowering.numba_cpu import (TermsExecutable, direct, entry_module, machine, optimised,
                                 parts_compiled, sources, threads)
 
 _DTYPES = {"float64": "float64", "float32": "float32"}
@@ -27,8 +27,8 @@ def _translated(body, arrays):
     return direct.translation(cache.entry_key(source), source)
 
 
-def _run(text, name, quick, arrays):
-    code, symbols = direct.DirectEntry(text, name, quick).result()
+def _run(text, name, pipeline, arrays):
+    code, symbols = direct.DirectEntry(text, name, pipeline).result()
     handle, address = native.load(code, name, native.resolve(symbols))
     copies = tuple(np.array(a, copy=True) for a in arrays)
     native.entry_function(address)(copies)
@@ -95,7 +95,8 @@ def test_a_marked_sum_has_the_same_bits_from_either_pipeline(name, n, dtype):
     text, entry, _, free = _translated(body.format(n=n, m=m), arrays)
     assert "llvm.loop.vectorize.width" in text and "llvm.loop.interleave.count" in text
     assert not free
-    quick, optimised_ = (_run(text, entry, q, list(arrays.values()))[2] for q in (True, False))
+    quick, optimised_ = (_run(text, entry, pipeline, list(arrays.values()))[2]
+                         for pipeline in (machine.QUICK, machine.OPTIMISED))
     assert quick.tobytes() == optimised_.tobytes()
     v0, v1 = (arrays[k].astype(np.float64) for k in ("v0", "v1"))
     expected = {"squares": [np.sum(v0 * v0)], "log": [np.sum(np.log(1.5 + v0 * v0))],

@@ -24,7 +24,7 @@ from quabla.core.graph import Graph
 from quabla.memory import aligned_copy, aligned_empty, collection_paused
 
 from .. import cache, native, terms
-from . import direct, external, kernel_calls, parts, programs, threads
+from . import direct, external, kernel_calls, machine, parts, programs, threads, workload
 from .codegen import FUNCTION_NAME, KERNELS, generate
 
 __all__ = ["compile_graph", "load_cached", "load_or_compile", "NativeExecutable",
@@ -46,21 +46,30 @@ _DECORATOR = "\n@entry(lean_pipeline({}), nrt={})\n"
 COMPILE_RECURSION_LIMIT = 20_000
 
 
-def module_source(graph, n_threads=None, finished=None):
+def module_source(graph, n_threads=None, finished=None, light=False):
     """``(sources, constants, buffers, phases)``: the module of each part of ``graph``'s
     entry (codegen.generate), its tile loop split across ``n_threads`` (default:
-    ``threads.count()``) if worth it; ``finished``: parts finished before (``parts.Finished``)."""
+    ``threads.count()``) if worth it; ``finished``: parts finished before (``parts.Finished``);
+    ``light``: every part compiles with LLVM's quick pipeline (a light term, workload.py)."""
     bodies, constants, buffers, phases = generate(graph, n_threads or threads.count(),
                                                   finished=finished)
-    return (tuple(entry_module(body, quick) for body, quick in bodies), constants, buffers,
-            phases)
+    return (tuple(entry_module(body, quick or light) for body, quick in bodies), constants,
+            buffers, phases)
 
 
 def sources(graph, n_threads=None):
     """The module of each part of each term of ``graph`` (``terms.split``), as
     ``compile_graph`` compiles them."""
-    return tuple(source for term in terms.split(graph)
-                 for source in module_source(term.graph, n_threads)[0])
+    return tuple(source for term, light in _terms(graph)
+                 for source in module_source(term.graph, n_threads, light=light)[0])
+
+
+def _terms(graph):
+    """``graph``'s terms (``terms.split``), each with whether it is light (``workload.light``:
+    a term after the main one doing a small share of the whole's work)."""
+    split = terms.split(graph)
+    whole = workload.graph_work(graph) if len(split) > 1 else None
+    return [(term, k > 0 and workload.light(term.graph, whole)) for k, term in enumerate(split)]
 
 
 def _array_kernels(body):
@@ -272,19 +281,20 @@ def _scratch_sets(buffers, constants):
     return scratch
 
 
-def _program(graph):
+def _program(graph, light=False):
     """``(threads, key)``: the tile-loop threads ``graph``'s entry is generated for, and the
-    key its generated program is kept under (None if not kept: programs.py)."""
+    key its generated program is kept under (None if not kept: programs.py); ``light``: a
+    light term's (``_terms``)."""
     n_threads = threads.count()
-    return n_threads, programs.key(graph, n_threads)
+    return n_threads, programs.key(graph, n_threads, light)
 
 
-def _prepare(graph, n_threads, program):
+def _prepare(graph, n_threads, program, light=False):
     """``(keys, sources, constants, buffers, phases)`` of ``graph``'s parts, generated (and
-    kept as ``program``)."""
+    kept as ``program``); ``light``: a light term's."""
     family = programs.family(graph, n_threads) if program is not None else None
     finished = parts.Finished(programs.load_finished(family) if family else ())
-    sources, constants, buffers, phases = module_source(graph, n_threads, finished)
+    sources, constants, buffers, phases = module_source(graph, n_threads, finished, light)
     if program is not None:
         programs.store(program, sources, constants, buffers, phases)
         if len(finished.used) > 1 and finished.used != finished.known:  # (an edit of a
@@ -440,13 +450,14 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
         if free and not own:  # its sums' bits would change with the swap
             return None
         translated[key] = text, name, own
-        # LLVM compiles it on a thread while the next part is translated
-        quick[key] = direct.DirectEntry(text, name, quick=True)
+        # LLVM compiles it on a thread while the next part is translated: a quick part
+        # (``own``) as it stays, the others by the quick pipeline until optimised
+        quick[key] = direct.DirectEntry(text, name, machine.BARE if own else machine.QUICK)
     linked = []
     for key, _ in parts:
         if key in quick:
             code, externals = quick[key].result()
-            if translated[key][2]:  # quick is its own pipeline: the part as it stays
+            if translated[key][2]:  # a quick part: its bare code is the part as it stays
                 cache.write_object(key, code, quick[key].native_name, externals)
             linked.append(_linkable(code, quick[key].native_name, externals))
         else:
@@ -513,15 +524,15 @@ native.resolver(kernel_calls.PREFIX, kernel_calls.address)
 def load_cached(graph):
     """What a warm process runs for ``graph`` (None if the cache lacks a part of it)."""
     optimised()  # an edit's parts still being optimised: in the cache before it is looked at
-    split = terms.split(graph)
+    split = _terms(graph)
     found = []
-    for term in split:
-        n_threads, program = _program(term.graph)
+    for term, light in split:
+        n_threads, program = _program(term.graph, light)
         found.append(_kept(term.graph, program)
-                     or _linked(term.graph, _prepare(term.graph, n_threads, program)))
+                     or _linked(term.graph, _prepare(term.graph, n_threads, program, light)))
         if found[-1] is None:
             return None
-    return _joined(graph, split, found)
+    return _joined(graph, [term for term, _ in split], found)
 
 
 def _joined(graph, split, executables):
@@ -536,22 +547,24 @@ def compile_graph(graph, options):
     """The executable of ``graph``: each of its terms (``terms.split``: one where its outputs
     are no sums of terms that share no work) a program found in the cache or compiled."""
     optimised()  # an edit's parts still being optimised: in the cache before it is looked at
-    split = terms.split(graph)
+    split = _terms(graph)
     before = _COMPILED.count
-    found = [_compiled(split[0].graph)]
+    found = [_compiled(split[0][0].graph)]
     edit = _COMPILED.count == before  # the main term was in the cache: the rest is an edit
-    return _joined(graph, split, found + [_compiled(term.graph, edit) for term in split[1:]])
+    found += [_compiled(term.graph, edit, light) for term, light in split[1:]]
+    return _joined(graph, [term for term, _ in split], found)
 
 
-def _compiled(graph, edit=False):
-    """The executable of one program: kept, or its parts generated, then linked from the
-    cache where there, compiled where not: an edit's new parts (those of a program some of
-    whose parts are in the cache, or any where ``edit``) by the quick tier first."""
-    n_threads, program = _program(graph)
+def _compiled(graph, edit=False, light=False):
+    """The executable of one program (``light``: a light term, ``_terms``): kept, or its parts
+    generated, then linked from the cache where there, compiled where not: an edit's new
+    parts (those of a program some of whose parts are in the cache, or any where ``edit``)
+    by the quick tier first."""
+    n_threads, program = _program(graph, light)
     executable = _kept(graph, program)
     if executable is not None:
         return executable
-    keys, sources, constants, buffers, phases = _prepare(graph, n_threads, program)
+    keys, sources, constants, buffers, phases = _prepare(graph, n_threads, program, light)
     parts = list(zip(keys, sources))
     missing = [(key, source) for key, source in parts if cache.read_object(key) is None]
     if TIERS and missing and (edit or len(missing) < len(parts)):

@@ -899,13 +899,12 @@ def _sum_loops(text, widths):
 
 
 class DirectEntry:
-    """A part translated here: its module parsed, optimised and compiled by LLVM on a thread
-    (``machine.ObjectCode``; ``quick``: with LLVM's quick pipeline); the same interface as
-    ``target.Entry``."""
+    """A part translated here: its module parsed, run through LLVM's ``pipeline`` and compiled
+    on a thread (``machine.ObjectCode``); the same interface as ``target.Entry``."""
 
-    def __init__(self, text, native_name, quick=False):
+    def __init__(self, text, native_name, pipeline=machine.OPTIMISED):
         self.native_name = native_name
-        self._object = machine.ObjectCode(text, quick)
+        self._object = machine.ObjectCode(text, pipeline)
 
     def result(self):
         """``(object code, external symbols)``."""
@@ -917,7 +916,7 @@ def translation(key, source):
     (``quick``: the pipeline its workload asks for; ``free``: whether a sum in it is
     vectorised as the pipeline finds best, so that its bits depend on the pipeline), or
     ``Unsupported``. A quick part's sums are not marked: it never changes pipeline, and the
-    quick one vectorises no other loop (a vectorised loop costs it compile time)."""
+    bare one (``machine.BARE``) vectorises no loop."""
     name = f"quabla_direct_{key}"
     body, quick = _entry(source)
     text, free = _translated(body, name, mark_sums=not quick)
@@ -925,5 +924,7 @@ def translation(key, source):
 
 
 def compile_entry(key, source):
-    """``DirectEntry`` of part ``key``'s generated ``source``, or ``Unsupported``."""
-    return DirectEntry(*translation(key, source)[:3])
+    """``DirectEntry`` of part ``key``'s generated ``source`` (a quick part's by the ``BARE``
+    pipeline), or ``Unsupported``."""
+    text, name, quick, _ = translation(key, source)
+    return DirectEntry(text, name, machine.BARE if quick else machine.OPTIMISED)

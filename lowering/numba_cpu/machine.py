@@ -8,8 +8,13 @@ way here), so an entry's object is the same whichever front end made its module:
 (target.py) or the direct translation (direct.py), which never imports Numba. The pipeline is
 LLVM's at ``OPTIMISATION_LEVEL`` with loops vectorised; entries leave the loop unroller out
 (10-45% of LLVM's time on an entry, steps within noise: docs/compile-time.md), kernels keep it.
-A part that does little of its program's work (workload.py) gets the quick pipeline: O1 without
-the vectorisers, then LLVM's fast instruction selector (a target machine at O0).
+Two pipelines generate code with LLVM's fast instruction selector (a target machine at O0):
+``BARE``, LLVM's O0 (inlining alone), for a part that does little of its program's work
+(workload.py): the translation's IR is already in SSA form, so its code is about O1's size,
+at a tenth of O1's time; and ``QUICK``, O1 without the vectorisers but for the sums marked to
+be vectorised as ``OPTIMISED`` vectorises them (direct.py), for an edit's new parts until
+their optimised code is in (numba_cpu/__init__.py: the tiers). A quick part compiles by
+``BARE`` wherever it compiles, so its bits do not depend on which path compiled it.
 """
 
 import functools
@@ -19,13 +24,17 @@ import threading
 
 import llvmlite.binding as llvm
 
-__all__ = ["OPTIMISATION_LEVEL", "target_machine", "module_target", "tuning", "optimise",
+__all__ = ["OPTIMISATION_LEVEL", "OPTIMISED", "QUICK", "BARE", "target_machine", "module_target", "tuning", "optimise",
            "emit", "compile_module", "externals", "ObjectCode", "LLVM_THREAD"]
 
 # O3 (Numba's default) unrolls more and takes longer, for no measurable gain on generated loops
 OPTIMISATION_LEVEL = 2
 # Numba's baseline CPU names that virtual machines report with AVX they may not have
 _NO_AVX = {"corei7-avx", "core-avx-i", "sandybridge", "ivybridge", "nocona"}
+
+# the module pipelines (above): LLVM's speed level of each
+OPTIMISED, QUICK, BARE = "optimised", "quick", "bare"
+_SPEED = {OPTIMISED: OPTIMISATION_LEVEL, QUICK: 1, BARE: 0}
 
 _lock = threading.Lock()
 _machines = {}  # quick -> the target machine
@@ -80,11 +89,12 @@ def module_target():
     return llvm.get_process_triple(), str(target_machine().target_data)
 
 
-def tuning(slp=False, unroll=False, loop_vectorize=None, quick=False):
+def tuning(slp=False, unroll=False, loop_vectorize=None, pipeline=OPTIMISED):
     """The module pipeline's options: ``slp`` turns on LLVM's SLP vectoriser (Numba leaves it
-    off), ``unroll`` its loop unroller (entries leave it off); ``quick``: O1, no vectoriser."""
-    options = llvm.create_pipeline_tuning_options(speed_level=1 if quick else OPTIMISATION_LEVEL)
-    if quick:
+    off), ``unroll`` its loop unroller (entries leave it off); ``pipeline``: ``OPTIMISED``,
+    or ``QUICK`` and ``BARE``, without the vectorisers (a marked sum's loop aside)."""
+    options = llvm.create_pipeline_tuning_options(speed_level=_SPEED[pipeline])
+    if pipeline != OPTIMISED:
         loop_vectorize = False
     elif loop_vectorize is None:
         loop_vectorize = int(os.environ.get("NUMBA_LOOP_VECTORIZE", "1"))
@@ -94,15 +104,16 @@ def tuning(slp=False, unroll=False, loop_vectorize=None, quick=False):
     return options
 
 
-def optimise(module, slp=False, unroll=False, quick=False):
-    """The module pipeline (``tuning``) on the parsed LLVM ``module``."""
-    builder = llvm.create_pass_builder(target_machine(quick), tuning(slp, unroll, quick=quick))
+def optimise(module, slp=False, unroll=False, pipeline=OPTIMISED):
+    """The module ``pipeline`` (``tuning``) on the parsed LLVM ``module``."""
+    builder = llvm.create_pass_builder(target_machine(pipeline != OPTIMISED),
+                                       tuning(slp, unroll, pipeline=pipeline))
     builder.getModulePassManager().run(module, builder)
 
 
-def emit(module, quick=False):
-    """The object code of the (optimised) LLVM ``module``."""
-    return target_machine(quick).emit_object(module)
+def emit(module, pipeline=OPTIMISED):
+    """The object code of the LLVM ``module`` run through ``pipeline``."""
+    return target_machine(pipeline != OPTIMISED).emit_object(module)
 
 
 def compile_module(text, slp=False, unroll=True):
@@ -126,14 +137,14 @@ def externals(module):
 
 class ObjectCode:
     """The object code of an entry's LLVM module (parsed, or its text: parsed and verified
-    here, in an LLVM context of its own, which no other thread touches), optimised (without
-    unrolling; ``quick``: the quick pipeline) and compiled on a thread of its own: llvmlite
+    here, in an LLVM context of its own, which no other thread touches), run through
+    ``pipeline`` (without unrolling) and compiled on a thread of its own: llvmlite
     releases the GIL, so the front end of the next part runs meanwhile. ``result()`` waits:
     ``(object code, external symbols)``."""
 
-    def __init__(self, module, quick=False):
+    def __init__(self, module, pipeline=OPTIMISED):
         self._result = None
-        self._quick = quick
+        self._pipeline = pipeline
         if not LLVM_THREAD:
             self._compile(module)
         else:
@@ -153,8 +164,8 @@ class ObjectCode:
                 context = llvm.create_context()
                 module = llvm.parse_assembly(module, context)
                 module.verify()
-            optimise(module, quick=self._quick)
-            self._result = emit(module, self._quick), externals(module)
+            optimise(module, pipeline=self._pipeline)
+            self._result = emit(module, self._pipeline), externals(module)
         except BaseException as error:  # raised again by result()
             self._result = error
 

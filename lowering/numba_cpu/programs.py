@@ -99,14 +99,16 @@ def settings():
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 
-def key(graph, n_threads):
-    """The cache key of ``graph``'s generated program for ``n_threads`` tile-loop threads,
-    or None for a program not kept (``KEEP``, ``MAX_CONSTANT_BYTES``, a param of a kind
-    whose text may differ between processes)."""
+def key(graph, n_threads, light=False):
+    """The cache key of ``graph``'s generated program for ``n_threads`` tile-loop threads
+    (``light``: as a light term, every part quick: workload.py), or None for a program not
+    kept (``KEEP``, ``MAX_CONSTANT_BYTES``, a param of a kind whose text may differ between
+    processes)."""
     constants = _constant_bytes(graph) if KEEP and code_digest() is not None else None
     if constants is None or constants > MAX_CONSTANT_BYTES:
         return None
-    return cache.entry_key(f"# program {graph.fingerprint()} {_generator(n_threads)}")
+    return cache.entry_key(
+        f"# program {graph.fingerprint()} {_generator(n_threads)} light={light}")
 
 
 def _generator(n_threads):

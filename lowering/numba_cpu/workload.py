@@ -13,14 +13,21 @@ threaded entry's loop over the control row: once per tile), and the multiplies o
 a part hands to BLAS or the product kernel (``_gemm``, ``_matmul_*``). Products count toward
 the program's work but not the part's own: their code is compiled elsewhere, whatever the
 part's pipeline. A part with a loop of unknown length (a ``while`` region) is never quick.
+
+A program cut into terms (lowering/terms.py) is one program for this rule too: a term after
+the main one (a penalty and its gradient added to a loss) whose work is at most ``1 / SHARE``
+of the whole's compiles every part with the quick pipeline (``light``). Its work is estimated
+from its graph, before any code is generated, as the main term of an edit is not.
 """
 
 import math
 import re
 
+from quabla.core.graph import Graph
+
 from .statements import Block, Loop
 
-__all__ = ["SHARE", "PRODUCT_SPEED", "work", "quick_parts"]
+__all__ = ["SHARE", "PRODUCT_SPEED", "work", "quick_parts", "graph_work", "light"]
 
 SHARE = 100
 # a multiply of a product (BLAS, the product kernel) takes about a tenth of a statement's time
@@ -63,3 +70,36 @@ def quick_parts(estimates):
     total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
     return [len(estimates) > 1 and known and own * SHARE <= total
             for own, _, known in estimates]
+
+
+def graph_work(graph):
+    """The work of ``graph`` estimated from its nodes: each node's elements, a product's
+    multiplies at ``PRODUCT_SPEED``, a scan's body once per step, every body of another
+    region (a branch, a rematerialised block); None where a loop's length is not known (a
+    ``while`` region)."""
+    total = 0
+    for node in graph.nodes:
+        bodies = list(Graph.sub_graphs(node))
+        if node.op == "while":
+            return None
+        if bodies:
+            inner = [graph_work(body) for body in bodies]
+            if None in inner:
+                return None
+            total += sum(inner) * (node.kw["length"] if node.op == "scan" else 1)
+        elif node.op == "dot_general":
+            (contract, _), _ = node.kw["dimension_numbers"]
+            lhs = graph.nodes[node.operands[0]].shape
+            size = math.prod(lhs[d] for d in contract)
+            total += math.prod(node.shape) * size // PRODUCT_SPEED
+        else:
+            total += math.prod(node.shape)
+    return total
+
+
+def light(term, whole):
+    """Whether a term after the main one (its graph ``term``) compiles every part with the
+    quick pipeline: its work known and at most ``1 / SHARE`` of ``whole`` (``graph_work`` of
+    the program it is cut from; None: unknown, a loop's length)."""
+    own = graph_work(term)
+    return own is not None and (whole is None or own * SHARE <= whole)
