@@ -68,8 +68,10 @@ def test_a_graph_s_work_counts_elements_products_and_loop_steps():
     product = workload.graph_work(_graph_of(lambda x, w: x @ w, x, w))
     assert product == 6 * 4 + 4 * 3 + 6 * 3 * 4 // workload.PRODUCT_SPEED  # inputs, product
 
+    def step(c, _):
+        return qb.sin(c), None
+
     def scanned(length):
-        step = lambda c, _: (qb.sin(c), None)  # noqa: E731
         return workload.graph_work(_graph_of(lambda x: qb.scan(step, x, length=length)[0], x))
     body = (scanned(10) - scanned(5)) // 5
     assert body > 6 * 4 and scanned(20) - scanned(10) == 10 * body
