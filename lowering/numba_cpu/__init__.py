@@ -24,16 +24,8 @@ from quabla.core.graph import Graph
 from quabla.memory import aligned_copy, aligned_empty, collection_paused
 
 from .. import cache, native, terms
-from . import (
-    direct,
-    external,
-    kernel_calls,
-    machine,
-    parts,
-    programs,
-    threads,
-    workload,
-)
+from . import (direct, external, kernel_calls, machine, parts, programs, threads,
+               workload)
 from .codegen import FUNCTION_NAME, KERNELS, generate
 
 __all__ = ["compile_graph", "load_cached", "load_or_compile", "NativeExecutable",
