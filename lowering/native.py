@@ -20,6 +20,8 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 
 import numpy as np
 
+from . import cache
+
 __all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
            "linked_objects", "sequence", "resolver", "resolve", "load_extension"]
 
@@ -88,13 +90,38 @@ def _direct_call():
             llvm.add_symbol("_Py_NoneStruct", id(None))
             for name in ("PyLong_AsVoidPtr", "Py_IncRef"):
                 llvm.add_symbol(name, _address(name))
-            target = llvm.Target.from_default_triple().create_target_machine()
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_DIRECT_IR), target)
+            engine = _engine(_glue(_DIRECT_IR))
             engine.finalize_object()
             method = _MethodDef(b"quabla_entry", engine.get_function_address("quabla_direct"),
                                 _METH_O, None)
             _direct.extend([method, engine])
         return _direct[0]
+
+
+def _engine(code=None):
+    """An MCJIT engine of its own holding object ``code`` (if any)."""
+    llvm = _binding()
+    target = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
+    if code is not None:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+    return engine
+
+
+def _glue(ir):
+    """The object code of ``ir``, a few lines of LLVM IR calling entries (the direct call, a
+    sequence of parts): from the compile cache, else compiled by LLVM's quick instruction
+    selection and stored, so a warm process compiles none (an engine compiling such a module
+    itself took a warm first call 2-5 ms)."""
+    key = cache.entry_key("# glue\n" + ir)
+    found = cache.read_object(key)
+    if found is not None:
+        return found[0]
+    llvm = _binding()
+    target = llvm.Target.from_default_triple().create_target_machine(opt=0)
+    code = target.emit_object(llvm.parse_assembly(ir))
+    cache.write_object(key, code, f"quabla_glue_{key}", [])
+    return code
 
 
 class LoadError(Exception):
@@ -214,9 +241,7 @@ class _Linked:
         llvm = _binding()
         for name, address in addresses.items():  # all resolved before the engine sees it
             llvm.add_symbol(name, address)
-        target = llvm.Target.from_default_triple().create_target_machine()
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target)
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self.engine = _engine(object_code)
         self.engine.finalize_object()
         finalizer = weakref.finalize(self, _close, self.engine)
         finalizer.atexit = False  # the process's memory goes anyway
@@ -246,8 +271,9 @@ def load(object_code, entry, addresses):
 class _Sequence:
     """One MCJIT engine holding the objects of a program's parts and a function calling
     their entries in order (or the one part of a threaded entry's phase that the control row
-    names), compiled from a few lines of LLVM IR that name the parts' entries (not cached:
-    a part linked elsewhere is named by its address). The machine code goes with it."""
+    names), compiled from a few lines of LLVM IR that name the parts' entries (``_glue``: from
+    the cache; compiled by the engine where a part linked elsewhere is named by its address).
+    The machine code goes with it."""
 
     __slots__ = ("engine", "parts", "__weakref__")
 
@@ -279,10 +305,11 @@ class _Sequence:
                     + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
                     + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
         ir = "".join(declared.values()) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
-        # a few calls: LLVM's quick instruction selection (opt=0) compiles them in a third
-        # of the time, and a warm first call compiles one
-        target = llvm.Target.from_default_triple().create_target_machine(opt=0)
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
+        if all(len(part) == 3 for part in parts):  # the same text in every process
+            self.engine = _engine(_glue(ir))
+        else:  # a few calls: LLVM's quick instruction selection (opt=0)
+            target = llvm.Target.from_default_triple().create_target_machine(opt=0)
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
         added = set()
         for part in parts:
             if len(part) == 3 and part[1] not in added:

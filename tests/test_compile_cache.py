@@ -111,3 +111,23 @@ def test_compile_logging(tmp_path):
     )
     assert "traced jit(<lambda>) for (float64[3],)" in proc.stderr
     assert "compiled jit(<lambda>) for (float64[3],)" in proc.stderr
+
+
+def test_glue_is_compiled_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """The few lines of LLVM IR that call entries (the direct call, a sequence of parts) are
+    compiled once and then read from the cache: a warm process compiles no IR."""
+    from lowering import cache, native
+
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_DIRS", None)
+    ir = 'declare void @"quabla_part"(i8*)\n' \
+         'define void @quabla_sequence(i8* %args) {\n' \
+         '  call void @"quabla_part"(i8* %args)\n  ret void\n}\n'
+    code = native._glue(ir)
+    assert cache.read_object(cache.entry_key("# glue\n" + ir))[0] == code
+
+    def no_llvm():
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(native, "_binding", no_llvm)
+    assert native._glue(ir) == code
