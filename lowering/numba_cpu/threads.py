@@ -24,7 +24,6 @@ setting is process-wide). Only a product large enough for BLAS to start threads 
 (``SERIAL_BLAS``); under float64's tile sizes none is.
 """
 
-import concurrent.futures
 import contextlib
 import os
 import threading
@@ -181,6 +180,8 @@ def _executor():
     global _pool
     with _lock:
         if _pool is None:
+            import concurrent.futures  # 1.6 ms of every first call that never tiles
+
             _pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(count() - 1, 1), thread_name_prefix="quabla-tiles")
         return _pool
