@@ -1,7 +1,8 @@
-"""Parts that do little of their program's work compile with LLVM's quick pipeline
-(lowering/numba_cpu/workload.py): the estimate of a part's work, which parts it picks, and that
-quick parts give the same bits as optimised ones (neither pipeline reassociates floating
-point), called twice and linked again from the cache."""
+"""Parts that do little of their program's work compile with LLVM's bare pipeline
+(lowering/numba_cpu/workload.py): the estimate of a part's work (and of a graph's, for a light
+term), which parts it picks, and that quick parts give the same bits as optimised ones
+(neither pipeline reassociates floating point), called twice and linked again from the
+cache."""
 
 import numpy as np
 import pytest

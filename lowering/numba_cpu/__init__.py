@@ -51,7 +51,7 @@ def module_source(graph, n_threads=None, finished=None, light=False):
     """``(sources, constants, buffers, phases)``: the module of each part of ``graph``'s
     entry (codegen.generate), its tile loop split across ``n_threads`` (default:
     ``threads.count()``) if worth it; ``finished``: parts finished before (``parts.Finished``);
-    ``light``: every part compiles with LLVM's quick pipeline (a light term, workload.py)."""
+    ``light``: every part quick (a light term, workload.py)."""
     bodies, constants, buffers, phases = generate(graph, n_threads or threads.count(),
                                                   finished=finished)
     return (tuple(entry_module(body, quick or light) for body, quick in bodies), constants,
@@ -85,7 +85,7 @@ _KERNEL_CALL = re.compile(r"\b(" + "|".join(map(re.escape, KERNELS)) + r")\(")
 
 def entry_module(body, quick=False):
     """The module source of an entry whose function (``def quabla_entry(args):``) is
-    ``body``; ``quick``: LLVM compiles it with its quick pipeline (workload.py)."""
+    ``body``; ``quick``: LLVM compiles it with its bare pipeline (workload.py)."""
     kernels = _array_kernels(body)
     imports = _KERNELS_IMPORT.format(", ".join(kernels)) if kernels else ""
     return _HEADER + imports + _DECORATOR.format("quick=True" if quick else "",

@@ -1,12 +1,12 @@
-"""Which parts of an entry LLVM compiles with its quick pipeline (``machine.QUICK``).
+"""Which parts of an entry are quick, compiled by LLVM's bare pipeline (``machine.BARE``).
 
-LLVM's optimisation of a part (vectorising its loops, scheduling, allocating registers) is
-paid on every cold call and on every edit that changes the part; it is repaid only by the time
-the part runs. A part whose own statements do at most ``1 / SHARE`` of its program's work (a
+LLVM's optimisation of a part (vectorising its loops, scheduling, allocating registers) is paid
+on every cold call and on every edit that changes the part; it is repaid only by the time the
+part runs. A part whose own statements do at most ``1 / SHARE`` of its program's work (a
 penalty term and its gradient, the copies of results, a threaded entry's sum of partials)
-cannot repay it: it compiles at LLVM's O1 without the vectorisers, and with its fast
-instruction selector, in about a third of the time. An edit that adds a term mostly changes
-such a part (the program's tail), so it is what an edit recompiles.
+cannot repay it: it compiles by LLVM's O0 pipeline and its fast instruction selector, in about
+a tenth of O1's time (the translation's IR is in SSA form already). An edit that adds a term
+mostly changes such a part (the program's tail), so it is what an edit recompiles.
 
 Work is estimated from the statement tree: statements executed, a loop's body once per trip (a
 threaded entry's loop over the control row: once per tile), and the multiplies of each product
@@ -16,7 +16,7 @@ part's pipeline. A part with a loop of unknown length (a ``while`` region) is ne
 
 A program cut into terms (lowering/terms.py) is one program for this rule too: a term after
 the main one (a penalty and its gradient added to a loss) whose work is at most ``1 / SHARE``
-of the whole's compiles every part with the quick pipeline (``light``). Its work is estimated
+of the whole's has every part quick (``light``). Its work is estimated
 from its graph, before any code is generated, as the main term of an edit is not.
 """
 
@@ -65,7 +65,7 @@ def work(items, tiles):
 
 
 def quick_parts(estimates):
-    """Whether each part (its ``work``) compiles with the quick pipeline: its length known and
+    """Whether each part (its ``work``) is quick: its length known and
     its own work at most ``1 / SHARE`` of the program's. A program of one part has none."""
     total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
     return [len(estimates) > 1 and known and own * SHARE <= total
@@ -99,7 +99,7 @@ def graph_work(graph):
 
 def light(term, whole):
     """Whether a term after the main one (its graph ``term``) compiles every part with the
-    quick pipeline: its work known and at most ``1 / SHARE`` of ``whole`` (``graph_work`` of
+    bare pipeline: its work known and at most ``1 / SHARE`` of ``whole`` (``graph_work`` of
     the program it is cut from; None: unknown, a loop's length)."""
     own = graph_work(term)
     return own is not None and (whole is None or own * SHARE <= whole)
