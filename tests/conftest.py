@@ -26,3 +26,20 @@ def pytest_generate_tests(metafunc):
                      marks=[pytest.mark.cuda, pytest.mark.on_device]
                      if device.startswith("cuda") else [])
         for device in qb.devices()])
+
+
+@pytest.fixture
+def pipelines(monkeypatch):
+    """The LLVM pipeline (numba_cpu/machine.py) of each module this process compiles while
+    the test runs, in order (forked copies' compiles are not seen)."""
+    from lowering.numba_cpu import machine
+
+    seen = []
+    compile_module = machine.ObjectCode._compile
+
+    def recorded(self, module):
+        seen.append(self._pipeline)
+        return compile_module(self, module)
+
+    monkeypatch.setattr(machine.ObjectCode, "_compile", recorded)
+    return seen

@@ -102,23 +102,14 @@ def program(monkeypatch):
     return graph, [w, b, x]
 
 
-def test_a_tail_of_little_work_is_quick_and_gives_the_interpreter_s_results(program,
-                                                                          monkeypatch,
-                                                                          tmp_path):
+def test_a_tail_of_little_work_is_quick_and_gives_the_interpreter_s_results(
+        program, monkeypatch, tmp_path, pipelines):
     """A quick part compiles by LLVM's bare pipeline, the others optimised (in this process:
     no forked copies)."""
     graph, values = program
     sources = module_source(graph)[0]
     marks = ["lean_pipeline(quick=True)" in source for source in sources]
     assert len(sources) > 1 and any(marks) and not all(marks), marks
-    pipelines = []
-    compile_module = machine.ObjectCode._compile
-
-    def recorded(self, module):
-        pipelines.append(self._pipeline)
-        return compile_module(self, module)
-
-    monkeypatch.setattr(machine.ObjectCode, "_compile", recorded)
     monkeypatch.setattr(numba_cpu, "PARALLEL_PARTS", 10**6)
     monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))  # nothing compiled yet
     monkeypatch.setattr(cache, "_DIRS", None)

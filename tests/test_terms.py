@@ -163,20 +163,13 @@ def test_a_term_of_little_work_is_light_every_part_quick(extra, light):
     assert ["lean_pipeline(quick=True)" in s for s in shown] == main + rest
 
 
-def test_an_edit_of_a_light_term_compiles_it_once_by_the_bare_pipeline(monkeypatch):
+def test_an_edit_of_a_light_term_compiles_it_once_by_the_bare_pipeline(pipelines):
     """Compiled after its original, a penalty's edit compiles the light term's parts by the
     bare pipeline alone (no quick tier, nothing optimised later): the interpreter's results,
     the same bits when called again, after ``optimised``, and linked warm."""
     qb.jit(qb.value_and_grad(_pinn()))(PARAMS, MANY)
     optimised()
-    pipelines = []
-    compile_module = machine.ObjectCode._compile
-
-    def recorded(self, module):
-        pipelines.append(self._pipeline)
-        return compile_module(self, module)
-
-    monkeypatch.setattr(machine.ObjectCode, "_compile", recorded)
+    pipelines.clear()
     fn = qb.value_and_grad(_pinn("penalty", _fresh()))
     graph = _graph(fn, PARAMS, MANY)
     assert all(_quick_marks(graph)[1])
