@@ -84,7 +84,7 @@ def _versions():
 
     from quabla.core.version import __version__
 
-    from .native import abi_tag
+    from .abi import abi_tag
 
     # the generated code links the runtime helpers and kernels into its machine code, compiled
     # for the entries' target: a change to any of them must not reuse entries compiled before

@@ -18,31 +18,11 @@ import threading
 import weakref
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 
-import numpy as np
-
 from . import cache
+from .abi import ARRAY_DATA, TUPLE_ITEMS
 
-__all__ = ["ARRAY_DATA", "TUPLE_ITEMS", "abi_tag", "load", "LoadError", "entry_function",
-           "linked_objects", "sequence", "resolver", "resolve", "load_extension"]
-
-
-def _offset(obj, target):
-    """The byte offset in ``obj``'s C struct of the pointer-sized field holding ``target``."""
-    for offset in range(8, 128, ctypes.sizeof(ctypes.c_void_p)):
-        if ctypes.c_void_p.from_address(id(obj) + offset).value == target:
-            return offset
-    raise RuntimeError("quabla: cannot locate the field in this Python/NumPy build")
-
-
-_probe = np.empty(3)
-ARRAY_DATA = _offset(_probe, _probe.ctypes.data)       # PyArrayObject.data
-TUPLE_ITEMS = _offset((_probe, None), id(_probe))     # PyTupleObject.ob_item[0]
-del _probe
-
-
-def abi_tag():
-    """What compiled code assumes about object layouts (part of the compile-cache key)."""
-    return f"array_data={ARRAY_DATA};tuple_items={TUPLE_ITEMS}"
+__all__ = ["load", "LoadError", "entry_function", "linked_objects", "sequence", "resolver",
+           "resolve", "load_extension"]
 
 
 def entry_function(address, hold_gil=False):

@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 
-from .. import native
+from .. import abi
 
 __all__ = ["numba_function"]
 
@@ -100,8 +100,8 @@ def _caller(owned, constant_addresses, scratch, control_addresses):
     scratch, a threaded entry's control row, and the constants) and calls it, once per
     control row if there are any. The arrays are its arguments, so its caller keeps them
     alive until the entry returns; the one layout array is the argument of that call."""
-    cell = native.ARRAY_DATA // _WORD + 1  # a stand-in array object: its data pointer, last
-    head = native.TUPLE_ITEMS // _WORD     # where the tuple's item pointers start
+    cell = abi.ARRAY_DATA // _WORD + 1  # a stand-in array object: its data pointer, last
+    head = abi.TUPLE_ITEMS // _WORD     # where the tuple's item pointers start
     pointers = ([f"{a}.ctypes.data" for a in owned] + [f"{a}.ctypes.data" for a in scratch]
                 + (["0"] if control_addresses else []) + [str(a) for a in constant_addresses])
     n = len(pointers)

@@ -17,7 +17,7 @@ import math
 from llvmlite import ir
 
 from .. import fortran
-from ..native import ARRAY_DATA, TUPLE_ITEMS
+from ..abi import ARRAY_DATA, TUPLE_ITEMS
 
 __all__ = ["double", "widened", "intrinsic_call", "libm_call", "declared", "pure_function",
            "negated", "FLOAT_HELPERS", "PAIR_HELPERS", "float_divmod", "pick_extremum", "tanh",
