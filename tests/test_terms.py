@@ -145,8 +145,8 @@ def _quick_marks(graph):
 @pytest.mark.parametrize("extra, light", [("penalty", True), ("data", False)])
 def test_a_term_of_little_work_is_light_every_part_quick(extra, light):
     """A penalty's term (its value and gradient: a sum over the weights) does less than a
-    hundredth of the PINN's work at 100 points: every part of it is quick, as ``sources`` shows them; data
-    at 200 points (the network and its gradient at each) is not light."""
+    hundredth of the PINN's work at 100 points: every part of it is quick, as ``sources``
+    shows them; data at 200 points (the network and its gradient at each) is not light."""
     xs = np.linspace(0.0, 1.0, 200) if extra == "data" else XS
 
     def loss(p, xs):

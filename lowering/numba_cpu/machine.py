@@ -13,8 +13,9 @@ Two pipelines generate code with LLVM's fast instruction selector (a target mach
 (workload.py): the translation's IR is already in SSA form, so its code is about O1's size,
 at a tenth of O1's time; and ``QUICK``, O1 without the vectorisers but for the sums marked to
 be vectorised as ``OPTIMISED`` vectorises them (direct.py), for an edit's new parts until
-their optimised code is in (numba_cpu/__init__.py: the tiers). A quick part compiles by
-``BARE`` wherever it compiles, so its bits do not depend on which path compiled it.
+their optimised code is in (numba_cpu/__init__.py: the tiers). A quick part translated here
+compiles by ``BARE`` on every path (a cold compile, an edit, a forked copy), so its bits do not
+depend on which path compiled it.
 """
 
 import functools
@@ -24,8 +25,9 @@ import threading
 
 import llvmlite.binding as llvm
 
-__all__ = ["OPTIMISATION_LEVEL", "OPTIMISED", "QUICK", "BARE", "target_machine", "module_target", "tuning", "optimise",
-           "emit", "compile_module", "externals", "ObjectCode", "LLVM_THREAD"]
+__all__ = ["OPTIMISATION_LEVEL", "OPTIMISED", "QUICK", "BARE", "target_machine", "module_target",
+           "tuning", "optimise", "emit", "compile_module", "externals", "ObjectCode",
+           "LLVM_THREAD"]
 
 # O3 (Numba's default) unrolls more and takes longer, for no measurable gain on generated loops
 OPTIMISATION_LEVEL = 2

@@ -16,8 +16,8 @@ part's pipeline. A part with a loop of unknown length (a ``while`` region) is ne
 
 A program cut into terms (lowering/terms.py) is one program for this rule too: a term after
 the main one (a penalty and its gradient added to a loss) whose work is at most ``1 / SHARE``
-of the whole's has every part quick (``light``). Its work is estimated
-from its graph, before any code is generated, as the main term of an edit is not.
+of the whole's has every part quick (``light``). Its work is estimated from its graph, before
+any code is generated, as the main term of an edit is not.
 """
 
 import math
@@ -65,8 +65,8 @@ def work(items, tiles):
 
 
 def quick_parts(estimates):
-    """Whether each part (its ``work``) is quick: its length known and
-    its own work at most ``1 / SHARE`` of the program's. A program of one part has none."""
+    """Whether each part (its ``work``) is quick: its length known and its own work at most
+    ``1 / SHARE`` of the program's. A program of one part has none."""
     total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
     return [len(estimates) > 1 and known and own * SHARE <= total
             for own, _, known in estimates]
