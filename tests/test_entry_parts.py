@@ -530,8 +530,8 @@ def test_products_call_one_kernel_and_keep_the_order_of_the_sum():
 @pytest.mark.parametrize("stored", ["rows", "columns"])
 def test_products_past_the_tiles_keep_the_order_of_the_sum(m, n, stored):
     """The rows and columns past the kernel's whole tiles (a matrix-vector product's every
-    element) are summed four rows or four columns at once, a's rows read in place or
-    transposed: each element is still its plain dot, in order."""
+    element) are summed in strips of rows or columns as vectors, a's rows read in place or
+    transposed in registers: each element is still its plain dot, in order."""
     rng = np.random.default_rng(m * n)
     k = 300
     a = rng.normal(size=(m, k) if stored == "rows" else (k, m))
@@ -544,6 +544,35 @@ def test_products_past_the_tiles_keep_the_order_of_the_sum(m, n, stored):
         expected += lhs[:, j:j + 1] * b[j:j + 1, :]
     for _ in range(2):
         np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
+
+
+@pytest.mark.parametrize("symbol", ["quabla_k_matmul_float64", "quabla_k_matmul_float32"])
+def test_the_product_kernel_gives_every_shape_its_plain_dots(symbol):
+    """The product kernel (external.py: tiles, strips of a column or a row past them, dots)
+    gives any shape, any batch and either stored operand every element's plain dot, in
+    order (a's rows transposed in registers, a's column loaded as vectors)."""
+    import ctypes
+
+    from lowering.numba_cpu import external
+
+    dtype = np.dtype(symbol.rsplit("_", 1)[1])
+    pointer = ctypes.POINTER(ctypes.c_float if dtype == np.float32 else ctypes.c_double)
+    kernel = ctypes.CFUNCTYPE(None, *[pointer] * 4, *[ctypes.c_int64] * 6)(
+        external.address(symbol))
+    rng = np.random.default_rng(8)
+    for B, M, K, N in [(1, 21, 37, 1), (2, 13, 9, 3), (1, 1, 40, 21), (1, 3, 5, 14),
+                       (2, 22, 33, 6), (1, 6, 1, 9), (1, 37, 8, 19), (3, 5, 7, 2),
+                       (1, 36, 3, 13), (2, 17, 2, 40)]:
+        for ta, tb in [(0, 0), (1, 0), (0, 1), (1, 1)]:
+            lhs, rhs = (rng.normal(size=s).astype(dtype) for s in ((B, M, K), (B, K, N)))
+            a = np.ascontiguousarray(np.swapaxes(lhs, 1, 2) if ta else lhs)
+            b = np.ascontiguousarray(np.swapaxes(rhs, 1, 2) if tb else rhs)
+            out, work = np.full((B, M, N), np.nan, dtype), np.empty(B * K * N, dtype)
+            kernel(*(x.ctypes.data_as(pointer) for x in (a, b, out, work)), B, M, K, N, ta, tb)
+            expected = np.zeros((B, M, N), dtype)
+            for k in range(K):
+                expected += lhs[:, :, k:k + 1] * rhs[:, k:k + 1, :]
+            np.testing.assert_array_equal(out, expected, err_msg=f"{(B, M, K, N, ta, tb)}")
 
 
 @pytest.mark.parametrize("spelling", ["a.T @ b", "a @ b.T", "a.T @ b.T", "batched"])

@@ -29,7 +29,14 @@ __all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch"]
 I64 = ir.IntType(64)
 _SCALARS = {"float64": ir.DoubleType(), "float32": ir.FloatType()}
 TILE = 4  # rows and columns of the product kernel's tiles
-
+VECTOR = 4  # elements of its vectors (LLVM splits them where the host's are narrower)
+STRIP = 16  # elements of a matrix-vector product's strips
+_ALIGN = {"float64": 8, "float32": 4}
+# the widths of the product kernel's tiles of TILE rows, the heights of the strips of a column
+# past them (a's column contiguous, ``ta``; a's rows transposed in registers: a strip of 16
+# of those took 50 ms to compile), the widths of the strips of a row past them
+TILE_WIDTHS, HEIGHTS, CROSSED_HEIGHTS, ROW_WIDTHS = (2 * TILE, TILE), (STRIP, TILE), (TILE,), (
+    STRIP, TILE)
 
 def _int(value):
     return ir.Constant(I64, value)
@@ -86,26 +93,36 @@ class _Builder:
 
 def _matmul(module, dtype, name):
     """``name(a, b, out, w, batch, rows, inner, cols, ta, tb)``: the batched product out = a @ b
-    of (batch, rows, inner) and (batch, inner, cols) row-major arrays without BLAS. Tiles of
-    ``TILE`` x ``TILE`` elements, each summed over k in order in sixteen registers (LLVM's SLP
-    vectoriser makes each row of four one vector operation: 1.2-2.4x the speed of updating
-    rows of ``out`` in memory for every k). The columns past the last whole tile are summed
-    ``TILE`` rows at a time, the rows past it ``TILE`` columns at a time, and only the corner is
-    plain dots: a matrix-vector product's sums run four at once (as twenty plain dots of 2000,
-    one dependent add after another, ``X.T @ g`` took 33-37 µs; 15 now, and strips of eight or
-    a transposed a's strip as one vector load, 10-15 µs, doubled the kernel's compile time).
-    Every element is the sum of a plain dot, in order (the bits of the small
-    products written as loop nests). With ``ta``, a is stored (batch, inner, rows) and read in
-    place; with ``tb``, b is stored (batch, cols, inner) and arranged into the workspace ``w``
-    first: the transposed operands of a backward pass cost no loop nest in the entry."""
+    of (batch, rows, inner) and (batch, inner, cols) row-major arrays without BLAS. Every
+    element is the sum of a plain dot, in order (the bits of the small products written as
+    loop nests); a sum's adds depend on each other, so the speed is in how many sums run at
+    once, each in a vector register for all of k:
+
+    - tiles of ``TILE`` rows and ``2 TILE`` or ``TILE`` columns: each row vectors of b's row
+      times one element of a (eight vectors summed at once);
+    - the columns past the tiles (a matrix-vector product's one column) in strips of rows:
+      with ``ta`` a's column is vector loads; without, four rows' next four elements are
+      loaded as four vectors and transposed in registers (``_transposed``);
+    - the rows past the tiles (a row vector times a matrix) in strips of columns;
+    - the corner, plain dots.
+
+    Against four scalar sums at a time (SLP-vectorised tiles of 4 x 4), ``X.T @ g`` of 2000 x
+    20 takes 0.57 of the time, ``X @ w`` 0.73, a PINN layer's 512 x 20 x 20 0.9
+    (docs/compile-time.md, session 30). The vectors are written out here, not left to LLVM's
+    SLP vectoriser (the kernel compiles without it, in ~0.1 s). With ``ta``, a is
+    stored (batch, inner, rows) and read in place; with ``tb``, b is stored (batch, cols,
+    inner) and arranged into the workspace ``w`` first: the transposed operands of a backward
+    pass cost no loop nest in the entry."""
     scalar = _SCALARS[dtype]
+    vector = ir.VectorType(scalar, VECTOR)
+    lanes = ir.VectorType(ir.IntType(32), VECTOR)
     pointer = scalar.as_pointer()
     kind = ir.FunctionType(ir.VoidType(), [pointer] * 4 + [I64] * 6)
     function = ir.Function(module, kind, name=name)
     a, b, out, w, batch, rows, inner, cols, ta, tb = function.args
     f = _Builder(function)
     x = f.ir
-    mul = x.mul
+    mul, add = x.mul, x.add
     with x.if_then(x.icmp_signed("!=", tb, _int(0))):
         with f.steps(batch) as g, f.steps(cols) as n, f.steps(inner) as k:
             base = mul(g, mul(inner, cols))
@@ -114,37 +131,119 @@ def _matmul(module, dtype, name):
     transposed = x.icmp_signed("!=", ta, _int(0))
     am = x.select(transposed, _int(1), inner)  # a's strides along rows and along k
     ak = x.select(transposed, rows, _int(1))
-    whole_rows = x.sub(rows, x.srem(rows, _int(TILE)))
-    whole_cols = x.sub(cols, x.srem(cols, _int(TILE)))
-    zero = ir.Constant(scalar, 0.0)
+
+    def whole(stop, step):
+        return x.sub(stop, x.srem(stop, _int(step)))
+
+    def load(p, *terms):
+        return x.load(x.bitcast(f.at(p, *terms), vector.as_pointer()), align=_ALIGN[dtype])
+
+    def splat(value):
+        one = x.insert_element(ir.Constant(vector, ir.Undefined), value, _int(0))
+        return x.shuffle_vector(one, ir.Constant(vector, ir.Undefined),
+                                ir.Constant(lanes, [0] * VECTOR))
+
+    zero = ir.Constant(vector, [ir.Constant(scalar, 0.0)] * VECTOR)
     with f.steps(batch) as g:
         pa, pb, po = (mul(g, mul(p, q)) for p, q in ((rows, inner), (inner, cols), (rows, cols)))
 
-        def block(m, n, height, width):
-            """out[m:m + height, n:n + width], its sums in registers for all of k."""
-            c = [[f.variable(zero) for _ in range(width)] for _ in range(height)]
-            with f.steps(inner) as k:
-                row_b = [f.load(b, pb, mul(k, cols), n, _int(j)) for j in range(width)]
-                ra = x.add(pa, x.add(mul(m, am), mul(k, ak)))
-                for i in range(height):
-                    s = f.load(a, ra, mul(_int(i), am))
-                    for j in range(width):
-                        f.accumulate(c[i][j], s, row_b[j])
-            r = x.add(po, x.add(mul(m, cols), n))
-            for i in range(height):
-                for j in range(width):
-                    f.store(x.load(c[i][j]), out, r, mul(_int(i), cols), _int(j))
+        def a_at(m, k):
+            return add(pa, add(mul(m, am), mul(k, ak)))
 
-        with f.steps(rows, TILE) as m, f.steps(cols, TILE) as n:
-            block(m, n, TILE, TILE)
-        with f.steps(cols, start=whole_cols) as n:  # the columns past the tiles, every row
-            with f.steps(rows, TILE) as m:
-                block(m, n, TILE, 1)
-            with f.steps(rows, start=whole_rows) as m:
-                block(m, n, 1, 1)
-        with f.steps(rows, start=whole_rows) as m, f.steps(whole_cols, TILE) as n:
-            block(m, n, 1, TILE)  # the rows past the tiles
+        def along_b(m, n, height, width):
+            """out[m:m + height, n:n + width], each row vectors of b's row."""
+            sums = [[f.variable(zero) for _ in range(width // VECTOR)] for _ in range(height)]
+            with f.steps(inner) as k:
+                row_b = [load(b, pb, mul(k, cols), n, _int(VECTOR * j))
+                         for j in range(width // VECTOR)]
+                for i in range(height):
+                    element = splat(f.load(a, a_at(add(m, _int(i)), k)))
+                    for j, part in enumerate(row_b):
+                        f.accumulate(sums[i][j], element, part)
+            for i in range(height):
+                for j, slot in enumerate(sums[i]):
+                    x.store(x.load(slot), x.bitcast(f.at(out, po, mul(add(m, _int(i)), cols), n,
+                                                         _int(VECTOR * j)),
+                                                    vector.as_pointer()), align=_ALIGN[dtype])
+
+        def store_column(sums, m, n):
+            for v, slot in enumerate(sums):
+                value = x.load(slot)
+                for i in range(VECTOR):
+                    f.store(x.extract_element(value, _int(i)), out, po,
+                            mul(add(m, _int(VECTOR * v + i)), cols), n)
+
+        def along_a(m, n, height):
+            """out[m:m + height, n] with ``ta``: a's column is contiguous."""
+            sums = [f.variable(zero) for _ in range(height // VECTOR)]
+            with f.steps(inner) as k:
+                element = splat(f.load(b, pb, mul(k, cols), n))
+                for v, slot in enumerate(sums):
+                    f.accumulate(slot, load(a, pa, mul(k, rows), m, _int(VECTOR * v)), element)
+            store_column(sums, m, n)
+
+        def across_a(m, n, height):
+            """out[m:m + height, n] without ``ta``: a's 4 x 4 blocks transposed."""
+            sums = [f.variable(zero) for _ in range(height // VECTOR)]
+            elements = [None] * VECTOR
+            with f.steps(inner, VECTOR) as k:
+                for j in range(VECTOR):
+                    elements[j] = splat(f.load(b, pb, mul(add(k, _int(j)), cols), n))
+                for v, slot in enumerate(sums):
+                    block = [load(a, pa, mul(add(m, _int(VECTOR * v + i)), inner), k)
+                             for i in range(VECTOR)]
+                    for column, element in zip(_transposed(x, block), elements):
+                        f.accumulate(slot, column, element)
+            with f.steps(inner, start=whole(inner, VECTOR)) as k:
+                element = splat(f.load(b, pb, mul(k, cols), n))
+                for v, slot in enumerate(sums):
+                    column = ir.Constant(vector, ir.Undefined)
+                    for i in range(VECTOR):
+                        column = x.insert_element(column, f.load(
+                            a, pa, mul(add(m, _int(VECTOR * v + i)), inner), k), _int(i))
+                    f.accumulate(slot, column, element)
+            store_column(sums, m, n)
+
+        def dot(m, n):
+            """out[m, n], a plain dot."""
+            total = f.variable(ir.Constant(scalar, 0.0))
+            with f.steps(inner) as k:
+                f.accumulate(total, f.load(a, a_at(m, k)), f.load(b, pb, mul(k, cols), n))
+            f.store(x.load(total), out, po, mul(m, cols), n)
+
+        def strips(length, widths, body, start=None):
+            """``body(at, width)`` over [start, length) in strips of ``widths[0]``, the rest
+            in strips of the next width, and so on."""
+            for width in widths:
+                with f.steps(length, width, start) as at:
+                    body(at, width)
+                start = whole(length, width)
+
+        tile_rows, tile_cols = whole(rows, TILE), whole(cols, TILE)
+        with f.steps(rows, TILE) as m:
+            strips(tile_cols, TILE_WIDTHS, lambda n, width: along_b(m, n, TILE, width))
+        with f.steps(cols, start=tile_cols) as n:  # the columns past the tiles, every row
+            with x.if_else(transposed) as (contiguous, strided):
+                with contiguous:
+                    strips(tile_rows, HEIGHTS, lambda m, height: along_a(m, n, height))
+                with strided:
+                    strips(tile_rows, CROSSED_HEIGHTS, lambda m, height: across_a(m, n, height))
+            with f.steps(rows, start=tile_rows) as m:
+                dot(m, n)
+        with f.steps(rows, start=tile_rows) as m:  # the rows past the tiles
+            strips(tile_cols, ROW_WIDTHS, lambda n, width: along_b(m, n, 1, width))
     x.ret_void()
+
+
+def _transposed(x, rows):
+    """The columns of the 4 x 4 block whose rows are the vectors ``rows``."""
+    def pick(p, q, lanes):
+        return x.shuffle_vector(p, q, ir.Constant(ir.VectorType(ir.IntType(32), 4), lanes))
+
+    low = [pick(rows[0], rows[1], [0, 4, 2, 6]), pick(rows[2], rows[3], [0, 4, 2, 6])]
+    high = [pick(rows[0], rows[1], [1, 5, 3, 7]), pick(rows[2], rows[3], [1, 5, 3, 7])]
+    return [pick(low[0], low[1], [0, 1, 4, 5]), pick(high[0], high[1], [0, 1, 4, 5]),
+            pick(low[0], low[1], [2, 3, 6, 7]), pick(high[0], high[1], [2, 3, 6, 7])]
 
 
 # symbol -> (builder of its function, dtype); generated code calls symbol ``quabla_k<name>``
@@ -189,7 +288,7 @@ def address(symbol):
                                          native.resolve(stored[1]["symbols"]))
             if linked is None:
                 name = f"{symbol}_{key}"
-                code = machine.compile_module(_module_text(symbol, name), slp=True)
+                code = machine.compile_module(_module_text(symbol, name))
                 cache.write_object(key, code, name, [])
                 linked = native.load(code, name, {})
             _linked[symbol] = linked
