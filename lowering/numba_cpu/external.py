@@ -35,8 +35,10 @@ _ALIGN = {"float64": 8, "float32": 4}
 # the widths of the product kernel's tiles of TILE rows, the heights of the strips of a column
 # past them (a's column contiguous, ``ta``; a's rows transposed in registers: a strip of 16
 # of those took 50 ms to compile), the widths of the strips of a row past them
-TILE_WIDTHS, HEIGHTS, CROSSED_HEIGHTS, ROW_WIDTHS = (2 * TILE, TILE), (STRIP, TILE), (TILE,), (
-    STRIP, TILE)
+TILE_WIDTHS = (2 * TILE, TILE)
+HEIGHTS, CROSSED_HEIGHTS = (STRIP, TILE), (TILE,)
+ROW_WIDTHS = (STRIP, TILE)
+
 
 def _int(value):
     return ir.Constant(I64, value)
@@ -135,8 +137,11 @@ def _matmul(module, dtype, name):
     def whole(stop, step):
         return x.sub(stop, x.srem(stop, _int(step)))
 
+    def vector_at(p, *terms):
+        return x.bitcast(f.at(p, *terms), vector.as_pointer())
+
     def load(p, *terms):
-        return x.load(x.bitcast(f.at(p, *terms), vector.as_pointer()), align=_ALIGN[dtype])
+        return x.load(vector_at(p, *terms), align=_ALIGN[dtype])
 
     def splat(value):
         one = x.insert_element(ir.Constant(vector, ir.Undefined), value, _int(0))
@@ -162,9 +167,8 @@ def _matmul(module, dtype, name):
                         f.accumulate(sums[i][j], element, part)
             for i in range(height):
                 for j, slot in enumerate(sums[i]):
-                    x.store(x.load(slot), x.bitcast(f.at(out, po, mul(add(m, _int(i)), cols), n,
-                                                         _int(VECTOR * j)),
-                                                    vector.as_pointer()), align=_ALIGN[dtype])
+                    x.store(x.load(slot), vector_at(out, po, mul(add(m, _int(i)), cols), n,
+                                                    _int(VECTOR * j)), align=_ALIGN[dtype])
 
         def store_column(sums, m, n):
             for v, slot in enumerate(sums):
