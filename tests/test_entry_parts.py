@@ -546,6 +546,29 @@ def test_products_past_the_tiles_keep_the_order_of_the_sum(m, n, stored):
         np.testing.assert_array_equal(np.asarray(f(a, b)), expected)
 
 
+@pytest.mark.parametrize("spelling", ["w @ X", "w @ X.T", "batched"])
+def test_a_row_times_a_matrix_is_the_matrix_times_the_row(spelling):
+    """A product of one row (a linear model's ``w @ X.T``, a gradient's ``r @ X``) calls the
+    kernel as the matrix times the row as a column: no copy of a transposed matrix, the
+    matrix-vector strips, and still every element's plain dot in order."""
+    rng = np.random.default_rng(11)
+    k, n = 29, 301
+    batch = (3,) if spelling == "batched" else ()
+    w = rng.normal(size=batch + (1, k) if batch else (k,))
+    X = rng.normal(size=batch + (n, k) if spelling != "w @ X" else (k, n))
+    fn = {"w @ X": lambda w, X: w @ X, "w @ X.T": lambda w, X: w @ X.T,
+          "batched": lambda w, X: qb.einsum("bmk,bnk->bmn", w, X)}[spelling]
+    rhs = X if spelling == "w @ X" else np.swapaxes(X, -1, -2)
+    expected = np.zeros(batch + (1, n) if batch else (n,))
+    for j in range(k):
+        expected += (w[..., j:j + 1] * rhs[..., j:j + 1, :] if batch else w[j] * rhs[j])
+    f = qb.jit(fn)
+    source = f.lower(w, X).source
+    assert "_matmul_float64(" in source and f", {k}, 1, " in source  # (rows, k, 1 column)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(w, X)), expected)
+
+
 @pytest.mark.parametrize("symbol", ["quabla_k_matmul_float64", "quabla_k_matmul_float32"])
 def test_the_product_kernel_gives_every_shape_its_plain_dots(symbol):
     """The product kernel (external.py: tiles, strips of a column or a row past them, dots)

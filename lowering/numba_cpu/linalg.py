@@ -101,6 +101,8 @@ def dot_general(e, node, out, args, dimension_numbers):
         if B * M * K * N <= SMALL_LOOP:
             small_product(e, a, b, target, (B, M, K, N), node.dtype, ta, tb)
         else:
+            if M == 1:  # a row times a matrix: the matrix times the row as a column
+                a, b, M, N, ta, tb = b, a, N, 1, not tb, False
             work = b
             if tb:  # the kernel arranges it here first
                 work = f"{t}w"
