@@ -569,6 +569,28 @@ def test_a_row_times_a_matrix_is_the_matrix_times_the_row(spelling):
         np.testing.assert_array_equal(np.asarray(f(w, X)), expected)
 
 
+@pytest.mark.parametrize("spelling", ["X @ w", "X.T @ r", "w @ X.T", "r @ X"])
+def test_a_tall_matrix_vector_product_goes_to_blas(spelling):
+    """A matrix-vector product of at least ``MATVEC_THRESHOLD`` multiply-adds (a linear
+    model's prediction and gradient) is one BLAS call with its operands read in place (a row
+    times a matrix as the matrix times a column): NumPy's results, called twice."""
+    from lowering.numba_cpu import linalg
+
+    if not linalg.blas_available():
+        pytest.skip("no BLAS")
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(linalg.MATVEC_THRESHOLD // 37 + 1, 37))
+    v = rng.normal(size=X.shape[1] if spelling in ("X @ w", "w @ X.T") else X.shape[0])
+    fn = {"X @ w": lambda X, v: X @ v, "X.T @ r": lambda X, v: X.T @ v,
+          "w @ X.T": lambda X, v: v @ X.T, "r @ X": lambda X, v: v @ X}[spelling]
+    f = qb.jit(fn)
+    source = f.lower(X, v).source
+    assert "_gemm(" in source and "_matmul_float64(" not in source
+    assert "] = v0[" not in source  # the matrix is not copied
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(f(X, v)), fn(X, v), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("symbol", ["quabla_k_matmul_float64", "quabla_k_matmul_float32"])
 def test_the_product_kernel_gives_every_shape_its_plain_dots(symbol):
     """The product kernel (external.py: tiles, strips of a column or a row past them, dots)
