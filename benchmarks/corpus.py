@@ -510,11 +510,40 @@ def poisson_glm(L):
     return L.jit(L.value_and_grad(L.edited(nll))), (L.array(0.1 * rng.normal(size=20)),)
 
 
+# Added in session 30, after programs written for a check found them behind JAX: linear models
+# whose products are a tall matrix times a vector, and a row times a matrix's transpose.
+
+def least_squares_tall(L):
+    """Linear least squares on 5000 samples x 37 features: the mean squared residual of
+    ``X @ w`` and its gradient (``X.T @ r``)."""
+    rng = generator()
+    X = L.array(rng.normal(size=(5000, 37)))
+    y = L.array(rng.normal(size=5000))
+
+    def loss(w):
+        return L.np.mean((X @ w - y) ** 2)
+
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(rng.normal(size=37)),)
+
+
+def ridge_rows(L):
+    """Ridge regression with the weights as a row, ``w @ X.T`` on 3000 samples x 29 features,
+    its gradient a row times the matrix."""
+    rng = generator()
+    X = L.array(rng.normal(size=(3000, 29)))
+    y = L.array(rng.normal(size=3000))
+
+    def loss(w):
+        return L.np.sum((w @ X.T - y) ** 2) + 0.1 * L.np.sum(w * w)
+
+    return L.jit(L.value_and_grad(L.edited(loss))), (L.array(rng.normal(size=29)),)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
     train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind,
-    siren_helmholtz, poisson_glm)}
+    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
