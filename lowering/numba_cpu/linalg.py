@@ -18,7 +18,8 @@ from .source import FLOAT64, node_id
 from .statements import Block
 from .table import register
 
-__all__ = ["local_product", "product_result", "rhs_operand", "blas_available", "BLAS_THRESHOLD"]
+__all__ = ["local_product", "row_as_column", "product_result", "rhs_operand", "blas_available",
+           "BLAS_THRESHOLD", "MATVEC_THRESHOLD"]
 
 # Products with at least this many multiply-adds go to BLAS (fortran.py's dgemm) unless
 # QUABLA_BLAS is 0; smaller ones are faster as loops, with no BLAS threads to wake.
@@ -89,8 +90,7 @@ def dot_general(e, node, out, args, dimension_numbers):
         a, ta = operand_2d(e, f"{t}a", args[0], lshape, p.lhs_free, lc, M, K, lhs.dtype)
         b, tb = e.hoisted.get(nid) or rhs_operand(e, node, f"{t}b")
         e.alloc(target, (B, M, N), node.dtype, result=result, expiry=expiry)
-        if M == 1:  # a row times a matrix: the matrix times the row as a column (gemv)
-            a, b, M, N, ta, tb = b, a, N, 1, not tb, False
+        a, b, M, N, ta, tb = row_as_column(a, b, M, N, ta, tb)  # (gemv)
         e.emit(f"_gemm({a}, {b}, {target}, {M}, {K}, {N}, {int(ta)}, {int(tb)})")
     elif blas:
         a = arrange(e, f"{t}a", args[0], lshape, lhs.dtype, p.lhs_order, (B, M, K))
@@ -108,8 +108,7 @@ def dot_general(e, node, out, args, dimension_numbers):
         if B * M * K * N <= SMALL_LOOP:
             small_product(e, a, b, target, (B, M, K, N), node.dtype, ta, tb)
         else:
-            if M == 1:  # a row times a matrix: the matrix times the row as a column
-                a, b, M, N, ta, tb = b, a, N, 1, not tb, False
+            a, b, M, N, ta, tb = row_as_column(a, b, M, N, ta, tb)
             work = b
             if tb:  # the kernel arranges it here first
                 work = f"{t}w"
@@ -120,6 +119,16 @@ def dot_general(e, node, out, args, dimension_numbers):
         e.loops((B * M * N,), f"{t}[i0] += {target}[i0]")
     else:
         product_result(e, node, out, t)
+
+
+def row_as_column(a, b, M, N, ta, tb):
+    """The operands, sizes and flags of a product of one row (``M == 1``: ``w @ X.T``) as the
+    matrix times the row as a column: the same dots, so the same bits, with no transposed
+    matrix copied (the kernel's ``tb``) and a matrix-vector product's fast paths; any other
+    product as it is."""
+    if M != 1:
+        return a, b, M, N, ta, tb
+    return b, a, N, 1, not tb, False
 
 
 def small_product(e, a, b, out, dims, dtype, ta=False, tb=False):
