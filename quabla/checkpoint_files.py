@@ -24,6 +24,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .array import Array, Tensor
+from .staging.signature import Count
 
 __all__ = ["save", "load", "MAGIC", "FORMAT_VERSION"]
 
@@ -130,7 +131,7 @@ class _Encoder:
             return {"type": "none"}
         if t is bool:
             return {"type": "bool", "value": x}
-        if t is int:
+        if t is int or t is Count:  # an optimizer's step count loads as the int it is
             return {"type": "int", "value": _int_hex(x)}
         if t is float:
             return {"type": "float", "bits": struct.pack(">d", x).hex()}

@@ -172,8 +172,10 @@ def test_resuming_from_a_checkpoint_is_bit_identical(tmp_path, make):
     assert rstate["step"] == state["step"] == 4
 
 
-def test_update_inside_a_jitted_train_step_with_an_array_step():
-    """An array step stays an array, so the whole train step traces once."""
+@pytest.mark.parametrize("array_step", [False, True])
+def test_update_inside_a_jitted_train_step_traces_once(array_step):
+    """The state init makes (its step a Count) or one with an array step: the step goes in
+    as an array and comes back as one, so the whole train step traces and compiles once."""
     opt = qb.optim.Adam(0.1)
     traces = []
 
@@ -183,11 +185,34 @@ def test_update_inside_a_jitted_train_step_with_an_array_step():
         return opt.update(params, grads, state)
 
     params = _tensors(PARAMS)
-    state = dict(opt.init(params), step=qb.array(0.0))
+    state = opt.init(params)
+    if array_step:
+        state["step"] = qb.array(0.0)
     for t in range(4):
         params, state = train(params, state, _tensors(GRADS[t]))
     assert len(traces) == 1 and float(np.asarray(state["step"])) == 4.0
     _close(params, numpy_adam(0.1))
+
+
+def test_a_host_step_count_is_an_int_that_transforms_take_as_an_array(tmp_path):
+    opt = qb.optim.SGD(0.1, momentum=0.5)
+    params, state = _run(opt, steps=3)
+    step = state["step"]
+    assert isinstance(step, int) and step == 3 and repr(step) == "3" and f"{step}" == "3"
+    seen = []
+
+    def scaled(count, x):
+        seen.append(type(count).__name__)
+        return x * count
+
+    f = qb.jit(scaled)
+    np.testing.assert_array_equal(np.asarray(f(step, qb.array([1.0, 2.0]))), [3.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(f(type(step)(7), qb.array([1.0, 2.0]))), [7., 14.])
+    assert seen == ["TraceTensor"]  # one trace: the count is an argument, not a constant
+    np.testing.assert_array_equal(np.asarray(f(3, qb.array([1.0, 2.0]))), [3.0, 6.0])
+    assert seen == ["TraceTensor", "int"]  # a plain int is a static value, baked in
+    qb.save(tmp_path / "state.qb", state)
+    assert type(qb.load(tmp_path / "state.qb")["step"]) is int
 
 
 def test_bad_hyperparameters_and_states_are_value_errors():

@@ -1,11 +1,12 @@
 """Optimizers as hyperparameter objects with pure, pytree-aware updates (spec 000 §3.8).
 
 ``state = opt.init(params)`` and ``params, state = opt.update(params, grads, state)``. The
-state is a plain dict: ``"step"`` (the number of updates so far, an int) and one pytree per
-slot shaped like the parameters (``"m"`` and ``"v"`` for Adam, ``"momentum"`` for SGD with
-momentum), so ``qb.save`` stores it and a loaded state resumes bit for bit. A ``"step"`` that is
-a scalar array stays one (the count is then computed in the program): that is the state to pass
-through a ``jit`` of a whole train step, where an int would be a static value, one trace per step.
+state is a plain dict: ``"step"`` (the number of updates so far, a ``Count``: an int that a
+transform takes as an array) and one pytree per slot shaped like the parameters (``"m"`` and
+``"v"`` for Adam, ``"momentum"`` for SGD with momentum), so ``qb.save`` stores it and a loaded
+state resumes bit for bit. A ``"step"`` that is a scalar array stays one (the count is then
+computed in the program): the state a ``jit`` of a whole train step hands back, which keys the
+program its first call compiled, since a ``Count`` was an array argument there too.
 
 ``update`` is one compiled program per parameter signature: every leaf's rule, the learning
 rate schedule and clipping by global norm are traced once and run as native code, so a
@@ -21,6 +22,7 @@ import numpy as np
 
 from .. import ops, tree
 from ..array import Array, Tensor, adopt
+from ..staging.signature import Count
 from ..dtypes import float64
 
 __all__ = ["Optimizer", "Adam", "SGD"]
@@ -70,7 +72,7 @@ class Optimizer:
             self._fast = None
 
     def init(self, params):
-        state = {"step": 0}
+        state = {"step": Count(0)}
         for name in self.slots:
             state[name] = tree.map(lambda p: Tensor.wrap(np.zeros(np.shape(p))), params)
         return state
@@ -101,7 +103,7 @@ class Optimizer:
             outs = self.program(n)(*p_leaves, *g_leaves, *[x for s in slot_leaves for x in s],
                                     count)
         if host:
-            new_state = {"step": int(step) + 1}
+            new_state = {"step": Count(step + 1)}
             self._last.step, self._last.count = new_state["step"], outs[-1].value
             if len(outs) == (len(self.slots) + 1) * n + 1:  # every leaf had a gradient
                 leaves = p_leaves + g_leaves + [x for s in slot_leaves for x in s] + [count]
@@ -262,11 +264,12 @@ def _generated_update(optimizer, treedef, signature, run):
     result = tree.structure((params, {"step": 0, **{name: params for name in slots}}),
                             is_leaf=_is_none)  # the new step sits among the slots' leaves
     namespace = {"Tensor": Tensor, "adopt": adopt, "match": treedef.matcher(), "run": run,
-                 "build": result.builder(), "last": optimizer._last}
+                 "build": result.builder(), "last": optimizer._last, "Count": Count}
     lines = ["def update(params, grads, state):",
              "    if type(state) is not dict: return None",
              "    step = state.get('step')",
-             "    if type(step) is not int or step != last.step: return None"]
+             "    if type(step) is not Count and type(step) is not int or step != last.step:",
+             "        return None"]
     trees = ["params", "grads"] + [f"state.get({name!r})" for name in slots]
     for t, source in enumerate(trees):
         lines += [f"    leaves = match({source})", "    if leaves is None: return None",
@@ -279,7 +282,7 @@ def _generated_update(optimizer, treedef, signature, run):
     outs = [f"o{k}" for k in range(len(signature) - 1 - n)]  # parameters and slots
     arrays = "".join(f"a{k}, " for k in range(len(signature) - 1))
     results = [f"adopt({o})" for o in outs]
-    results.insert(n * (1 + sum(name < "step" for name in slots)), "step + 1")
+    results.insert(n * (1 + sum(name < "step" for name in slots)), "Count(step + 1)")
     lines += [f"    {''.join(o + ', ' for o in outs)}count = run({arrays}last.count)",
               "    last.step, last.count = step + 1, count",
               f"    return build([{', '.join(results)}])"]

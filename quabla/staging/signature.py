@@ -1,10 +1,10 @@
 """A call's signature: what of its arguments a program is compiled for.
 
 ``classify_leaves`` reads the flattened arguments: arrays count by shape, dtype and weak flag,
-Python scalars and jit's ``Static`` values by type and value. The signature (the tree structure
-and these parts) is the key of a staged function's caches; traced, the array parts become
-``Aval``s, and users see it as ``signature_text``. ``ShapeDtype`` is an array part without data,
-for ``lower``.
+Python scalars and jit's ``Static`` values by type and value, a ``Count`` as a float64 array.
+The signature (the tree structure and these parts) is the key of a staged function's caches;
+traced, the array parts become ``Aval``s, and users see it as ``signature_text``.
+``ShapeDtype`` is an array part without data, for ``lower``.
 """
 
 import numpy as np
@@ -14,8 +14,8 @@ from ..array import Array, Tensor, array_shape, asarray
 from ..core.tracing import TraceTensor
 from ..dtypes import BY_NUMPY
 
-__all__ = ["Aval", "ShapeDtype", "Static", "BadLeaf", "classify_leaves", "template_of", "Printed",
-           "signature_leaves", "signature_text", "PYTHON_SCALARS"]
+__all__ = ["Aval", "ShapeDtype", "Static", "Count", "BadLeaf", "classify_leaves", "template_of",
+           "Printed", "signature_leaves", "signature_text", "PYTHON_SCALARS"]
 
 PYTHON_SCALARS = (bool, int, float)
 
@@ -88,6 +88,18 @@ class Static:
         return repr(self.value)
 
 
+class Count(int):
+    """A count of steps (an optimizer state's ``"step"``): an int to Python, an argument of
+    a transform as a float64 scalar array rather than a static value. A jitted train step
+    hands back the count it computed, an array; with the count an array on the first call
+    too, the step's next call keys the same program (an int would compile a second one)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return int.__repr__(self)
+
+
 class BadLeaf(Exception):
     """Raised by ``classify_leaves`` for a leaf that is not an argument; ``Staged`` and
     ``CallSignature`` name it."""
@@ -103,9 +115,9 @@ def classify_leaves(leaves, diff, abstract=False):
 
     Arrays (and anything with ``__array__`` or the buffer protocol, converted) are dynamic,
     keyed by shape, dtype and weak flag; Python scalars are static weak constants outside
-    the differentiated leaves ``diff``; ``Static`` values are keyed by value; ``ShapeDtype``s
-    are arrays without data where ``abstract`` (``lower``); any other leaf is an error
-    (``BadLeaf``), never silently static.
+    the differentiated leaves ``diff`` (there, and a ``Count`` everywhere, float64 arrays);
+    ``Static`` values are keyed by value; ``ShapeDtype``s are arrays without data where
+    ``abstract`` (``lower``); any other leaf is an error (``BadLeaf``), never silently static.
     """
     parts = []
     dynamic = []
@@ -127,7 +139,7 @@ def classify_leaves(leaves, diff, abstract=False):
             continue
         if t is float or t is int or t is bool or (
                 isinstance(leaf, PYTHON_SCALARS) and not isinstance(leaf, np.generic)):
-            if i not in diff:
+            if i not in diff and t is not Count:
                 parts.append(("static", t, leaf.hex() if t is float else leaf))
                 continue
             leaf = np.array(float(leaf))
