@@ -526,3 +526,49 @@ def test_matched_gradients_follow_optax_sgd_momentum():
         a, b = a - 0.1 * trace_a, b - 0.1 * trace_b
     assert_close(params["a"], a)
     assert_close(params["b"], b)
+
+
+# -- a loop whose body runs in row tiles ----------------------------------------------------------
+
+def _van_der_pol_rk4(mu, y, steps):
+    """RK4 of a Van der Pol oscillator, ``mu`` closed over: vmapped over 32 or more states, the
+    body's elementwise work runs in tiles of rows, each exported to the full carry."""
+    def f(y):
+        return qb.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+    def body(i, y):
+        h = 0.01
+        k1 = f(y)
+        k2 = f(y + 0.5 * h * k1)
+        k3 = f(y + 0.5 * h * k2)
+        k4 = f(y + h * k3)
+        return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return qb.fori_loop(0, steps, body, y)
+
+
+@pytest.mark.parametrize("rows", [32, 33, 64, 80])
+def test_a_loop_body_in_row_tiles_keeps_its_carries(rows, backend):
+    """A tile's name is its full array after the tile loop; on the loop's next pass it must
+    name the tile again, or the tiles are written into the carry that pass reads (seen as a
+    wrong gradient: the saved carries of the forward pass were overwritten)."""
+    y0 = qb.array(np.random.default_rng(11).normal(size=(rows, 2)))
+
+    def loss(mu):
+        ys = qb.vmap(lambda y: _van_der_pol_rk4(mu, y, 3))(y0)
+        return qb.sum(ys * ys), ys
+
+    (value, ys), grad = qb.jit(qb.value_and_grad(loss, has_aux=True))(qb.array(1.3))
+    expected = np.asarray(y0)
+    for _ in range(3):  # the carries, row by row in NumPy
+        y = expected
+        def f(y):
+            return np.stack([y[:, 1], 1.3 * (1 - y[:, 0] ** 2) * y[:, 1] - y[:, 0]], axis=1)
+        k1 = f(y)
+        k2 = f(y + 0.005 * k1)
+        k3 = f(y + 0.005 * k2)
+        k4 = f(y + 0.01 * k3)
+        expected = y + 0.01 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    assert_close(ys, expected, rtol=1e-13)
+    assert_close(value, np.sum(expected ** 2), rtol=1e-13)
+    fd = _fd(lambda m: float(loss(qb.array(m))[0]), 1.3)
+    assert_close(grad, fd, rtol=1e-6)

@@ -125,6 +125,7 @@ class Emitter:
         self.splits = None   # loop index -> indices where a guarded read changes, when asked
         self.tile = None     # the TileBegin of the tile loop being emitted (schedule._tile)
         self.loop_end = 0    # index of its TileEnd
+        self.tile_loop = None  # the Loop statement of that tile loop
         self.indent = parent.indent + 1 if parent else 0  # extra indentation: + 1 in a loop
         self.shapes = {}     # variable -> the shape of the array it names, where known
         self.slot_of = {}    # variable in the scratch buffers -> (dtype name, offset)

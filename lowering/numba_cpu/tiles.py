@@ -10,6 +10,7 @@ from ..loopnest.templates import combine
 from . import threads
 from .groups import reduction_init
 from .linalg import local_product, product_result, rhs_operand
+from .statements import Assign, Loop
 
 __all__ = ["begin_tile", "end_tile"]
 
@@ -49,14 +50,18 @@ def begin_tile(e, begin, end, singles):
             e.alloc(f"tv{nid}", (B, M, N), node.dtype, fill="0", result=nid,
                     expiry=e.last_use.get(nid, e.now))
     rows = ("ctl[2]", "ctl[3]") if e.threaded is begin else (0, begin.extent)
-    e.loop("r", rows[1], start=rows[0], step=begin.tile)
+    e.tile_loop = Loop("r", rows[1], start=rows[0], step=begin.tile)
+    e.emit(e.tile_loop)
     e.indent += 1
     e.tile = begin
 
 
 def end_tile(e, begin):
     """Closes the loop: combines a threaded loop's partials, completes the products summed
-    over the rows, and names each exported tile's full array as the value from here on."""
+    over the rows, and names each exported tile's full array as the value from here on. In
+    a loop (a region's body), the tile loop first names its tile again: on the next pass the
+    name would still be the full array, the output of the pass before, which may be this
+    pass's input."""
     e.indent -= 1
     e.tile = None
     if e.threaded is begin:
@@ -67,6 +72,11 @@ def end_tile(e, begin):
             product_result(e, node, f"v{nid}", f"tv{nid}")
     for nid in sorted(begin.exports):
         var, full = f"v{nid}", f"f{nid}"
+        slot = e.slot_of.get(var)
+        if e.indent > 0 and slot is not None:
+            tile = f"{var}_tile"
+            e.slots.append((tile, *slot, e.shapes[var]))  # the same view, another name
+            e.tile_loop.body.insert(0, Assign(var, tile))
         e.assign(var, full)
         for key in [k for k, v in e.views.items() if v == var]:
             del e.views[key]  # the name is the full array from here on
