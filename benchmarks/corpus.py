@@ -9,10 +9,11 @@ original's entries in the cache) and steady step, with ratios and their geometri
 
 None of these programs is tuned for Quabla: each is written once, against a namespace ``L``
 that is either library (``L.np`` is ``quabla`` or ``jax.numpy``, ``L.grad`` ``qb.grad`` or
-``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint`` and ``L.adam`` adapt the few
-signatures that differ), in the spellings users reach for: ``reshape(t, (1,)) @ W`` first
-layers, ``einsum`` and broadcast-multiply-sum layers, Laplacians as ``grad(grad(net, k), k)``
-summed over k, per-example gradients by ``vmap(grad)``. Every measurement runs in a process
+``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint``, ``L.adam``, ``L.fori_loop`` and
+``L.logsumexp`` adapt the few signatures and places that differ), in the spellings users
+reach for: ``reshape(t, (1,)) @ W`` first layers, ``einsum`` and broadcast-multiply-sum
+layers, Laplacians as ``grad(grad(net, k), k)`` summed over k, per-example gradients by
+``vmap(grad)``. Every measurement runs in a process
 of its own through ``run.spawn`` (fresh compile caches for the cold call, the same caches for
 the warm one, which also times the step), as ``run.py`` does. Nothing asserts on time.
 """
@@ -60,6 +61,12 @@ class Quabla:
 
     def odeint(self, f, y0, t, *args):
         return self.qb.odeint(f, y0, t, *args, rtol=1e-8, atol=1e-8)
+
+    def fori_loop(self, lower, upper, body, init):
+        return self.qb.fori_loop(lower, upper, body, init)
+
+    def logsumexp(self, x, axis=None):
+        return self.qb.logsumexp(x, axis=axis)
 
     def adam(self, rate):
         opt = self.qb.optim.Adam(learning_rate=rate)
@@ -117,6 +124,14 @@ class Jax:
         from jax.experimental.ode import odeint
 
         return odeint(f, y0, t, *args, rtol=1e-8, atol=1e-8)
+
+    def fori_loop(self, lower, upper, body, init):
+        return self.jax.lax.fori_loop(lower, upper, body, init)
+
+    def logsumexp(self, x, axis=None):
+        from jax.scipy.special import logsumexp
+
+        return logsumexp(x, axis=axis)
 
     def adam(self, rate):
         import optax
@@ -539,11 +554,60 @@ def ridge_rows(L):
     return L.jit(L.value_and_grad(L.edited(loss))), (L.array(rng.normal(size=29)),)
 
 
+# Added in session 31 from programs written for a check: a fixed-step integrator in a
+# fori_loop under vmap (its gradient was wrong before the fix of that session) and a mixture
+# model's likelihood by logsumexp (found behind JAX).
+
+def vdp_rk4(L):
+    """Van der Pol oscillators: RK4 in a ``fori_loop`` (300 steps) closing over ``mu``,
+    vmapped over 64 initial states; the mean final energy and its gradient w.r.t. ``mu``."""
+    y0 = L.array(generator().normal(size=(64, 2)))
+
+    def final(mu, y):
+        def f(y):
+            return L.np.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+        def body(i, y):
+            h = 0.01
+            k1 = f(y)
+            k2 = f(y + 0.5 * h * k1)
+            k3 = f(y + 0.5 * h * k2)
+            k4 = f(y + h * k3)
+            return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return L.fori_loop(0, 300, body, y)
+
+    def energy(mu):
+        ys = L.vmap(final, (None, 0))(mu, y0)
+        return L.np.mean(L.np.sum(ys ** 2, axis=1))
+
+    return L.jit(L.value_and_grad(L.edited(energy))), (L.array(1.3),)
+
+
+def gmm_nll(L):
+    """A diagonal Gaussian mixture (8 components in 2D) fitted to 2000 points: the negative
+    log-likelihood by ``logsumexp`` over components and its gradient w.r.t. the means,
+    log-scales and mixture logits."""
+    rng = generator()
+    X = L.array(rng.normal(size=(2000, 2)) * 2.0)
+
+    def nll(p):
+        mu, log_scale, logits = p
+        z = (X[:, None, :] - mu[None, :, :]) / L.np.exp(log_scale)[None, :, :]
+        log_pdf = (-0.5 * L.np.sum(z ** 2, axis=-1) - L.np.sum(log_scale, axis=-1)[None, :]
+                   - math.log(2 * PI))
+        log_w = logits - L.logsumexp(logits)
+        return -L.np.mean(L.logsumexp(log_pdf + log_w[None, :], axis=1))
+
+    p = (L.array(rng.normal(size=(8, 2))), L.array(0.1 * rng.normal(size=(8, 2))),
+         L.array(0.1 * rng.normal(size=8)))
+    return L.jit(L.value_and_grad(L.edited(nll))), (p,)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
     train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind,
-    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows)}
+    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows, vdp_rk4, gmm_nll)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
