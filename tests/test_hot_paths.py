@@ -195,6 +195,50 @@ def test_calls_on_trees_of_tensors_take_the_general_paths_results():
         fast({"w": p["w"], "b": (p["b"][0], "text")}, x)
 
 
+def test_trees_with_python_scalars_take_the_general_paths_results(monkeypatch):
+    """A tree holding static Python scalars (a hyperparameter) or an optimizer's Count among
+    its Tensors is matched without flattening too: each scalar by its type and value, so a
+    new value traces again and an old one does not; a Count is an array, any value one
+    program; a scalar that is differentiated, and a weak Tensor, keep the general path."""
+    from quabla import tree as tree_module
+    from quabla.staging.signature import Count
+
+    traces, flattens = [], []
+    flatten = tree_module.flatten
+    monkeypatch.setattr(tree_module, "flatten",
+                        lambda *a, **k: flattens.append(1) or flatten(*a, **k))
+
+    def f(p, h):
+        traces.append(1)
+        return p["w"] * h["lr"] + h["step"] * (2.0 if h["flag"] else 1.0) + h["n"]
+
+    fast = qb.jit(f)
+    w = qb.array([1.0, -2.0, 0.5])
+
+    def call(lr, step, flag=True, n=3):
+        before, flat_before = len(traces), len(flattens)
+        got = np.asarray(fast({"w": w}, {"lr": lr, "step": step, "flag": flag, "n": n}))
+        want = np.asarray(w) * lr + float(step) * (2.0 if flag else 1.0) + n
+        np.testing.assert_array_equal(got, want)
+        return len(traces) - before, len(flattens) > flat_before  # (traces, flattened)
+
+    assert call(0.1, Count(0)) == (1, True)
+    assert call(0.1, Count(5)) == (0, False)  # a Count is an array: one program, no flattening
+    assert call(0.1, Count(7)) == (0, False)
+    assert call(0.2, Count(7)) == (1, True)   # a static value: a new program
+    assert call(0.1, Count(1)) == (0, False)
+    assert call(0.1, Count(1), flag=False) == (1, True)
+    assert call(0.1, Count(1), n=3.0) == (1, True)  # 3 and 3.0 are other static values
+    assert call(0.1, Count(2), n=3.0) == (0, False)
+    assert call(0.1, qb.array(4.0)) == (0, True)  # an array step: a Count's program
+    assert call(0.1, qb.array(5.0)) == (0, False)
+    grad = qb.jit(qb.grad(lambda p: qb.sum(p["w"] * p["s"])))
+    for s in (2.0, 3.0):  # a differentiated Python scalar is an array: the general path
+        got = grad({"w": w, "s": s})
+        np.testing.assert_array_equal(np.asarray(got["w"]), [s, s, s])
+        assert float(got["s"]) == float(np.sum(np.asarray(w)))
+
+
 @pytest.mark.filterwarnings("ignore::quabla.errors.RetraceWarning")
 def test_trees_of_new_structures_from_many_threads_at_once():
     """Threads calling with structures the fast path has not seen (each a new table entry;

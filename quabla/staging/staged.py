@@ -18,6 +18,8 @@ import warnings
 import weakref
 from collections import OrderedDict
 
+import numpy as np
+
 from .. import tree
 from ..array import Tensor, adopt
 from ..core.tracing import current_frames
@@ -27,7 +29,8 @@ from ..memory import collection_paused
 from ..random import Key
 from ..transforms import inline
 from .aot import CallSignature, Lowered
-from .signature import BadLeaf, ShapeDtype, classify_leaves, signature_text, template_of
+from .signature import (BadLeaf, Count, ShapeDtype, classify_leaves, signature_text,
+                        template_of)
 
 __all__ = ["Staged", "function_name", "check_compile_mode", "check_max_traces", "regrouped",
            "logger"]
@@ -147,9 +150,12 @@ class Staged:
             arrays = [a.value for a in leaves if type(a) is Tensor and not a.weak]
             if len(arrays) == len(leaves):
                 entry = table.get(tuple([(a.shape, a.dtype) for a in arrays]))
-                if entry is not None:
-                    _touch(self._cache, entry.key)
-                    return entry.assemble(list(map(adopt, entry.run(*arrays))))
+            else:  # Python scalars among the leaves
+                key, arrays = _mixed_key(leaves)
+                entry = None if key is None else table.get(key)
+            if entry is not None:
+                _touch(self._cache, entry.key)
+                return entry.assemble(list(map(adopt, entry.run(*arrays))))
             break
         leaves, treedef = tree.flatten(args)
         diff = self._diff.get(treedef)
@@ -164,7 +170,7 @@ class Staged:
             entry = self._cache.get(key)
             if entry is not None:
                 _touch(self._cache, key)
-                self._remember_fast(args, treedef, leaves, entry)
+                self._remember_fast(args, treedef, leaves, entry, diff)
                 outs = entry.run(*[d.value for d in dynamic])
                 return entry.assemble(list(map(adopt, outs)))
         return self._miss(key, treedef, parts, leaves, dynamic, traced, args)
@@ -176,15 +182,24 @@ class Staged:
         entry = self._flat.get(_flat_key([a.value for a in args]))
         return None if entry is None else entry.run
 
-    def _remember_fast(self, args, treedef, leaves, entry):
-        """The fast paths' tables; weak Tensors are left to the full signature."""
+    def _remember_fast(self, args, treedef, leaves, entry, diff):
+        """The fast paths' tables; weak Tensors, and Python scalars in differentiated
+        positions (``diff``: arrays there), are left to the full signature."""
         if all(type(a) is Tensor and not a.weak for a in args):
             self._flat[_flat_key([a.value for a in args])] = entry
-        elif all(type(a) is Tensor and not a.weak for a in leaves):
-            known = self._trees.get(treedef)
-            if known is None:
-                known = self._trees[treedef] = (treedef.matcher(), {})
-            known[1][_flat_key([a.value for a in leaves])] = entry
+            return
+        if all(type(a) is Tensor and not a.weak for a in leaves):
+            key = _flat_key([a.value for a in leaves])
+        elif any(i in diff for i, a in enumerate(leaves) if type(a) is not Tensor):
+            return
+        else:
+            key = _mixed_key(leaves)[0]
+            if key is None:
+                return
+        known = self._trees.get(treedef)
+        if known is None:
+            known = self._trees[treedef] = (treedef.matcher(), {})
+        known[1][key] = entry
 
     def argument_error(self, args, index):
         """The TypeError for a leaf that is neither an array, a Python scalar nor None."""
@@ -227,7 +242,7 @@ class Staged:
         entry, staged = self._single_flight(key, treedef, parts, leaves)
         if entry is None:  # it closes over tracers of a trace in progress: splice it in there
             return self._splice(key, treedef, parts, leaves, dynamic, staged)
-        self._remember_fast(args, treedef, leaves, entry)
+        self._remember_fast(args, treedef, leaves, entry, self._diff[treedef])
         outs = entry.run(*[d.value for d in dynamic])
         return entry.assemble(list(map(adopt, outs)))
 
@@ -375,6 +390,30 @@ def _flat_key(arrays):
     """The fast path's key of a call whose arguments are all strong Tensors: their arrays'
     shapes and dtypes."""
     return tuple([(a.shape, a.dtype) for a in arrays])
+
+
+def _mixed_key(leaves):
+    """The tree fast path's key of leaves that are strong Tensors and Python scalars, and the
+    arrays a program takes for them (a ``Count`` as a float64 array, a static scalar none):
+    ``(None, None)`` for any other leaf. A scalar's part is its type and value, as in the
+    signature; the caller keeps scalars in differentiated positions out (arrays there)."""
+    key, arrays = [], []
+    for a in leaves:
+        t = type(a)
+        if t is Tensor and not a.weak:
+            v = a.value
+            key.append((v.shape, v.dtype))
+            arrays.append(v)
+        elif t is Count:
+            key.append(Count)
+            arrays.append(np.array(float(a)))
+        elif t is float:
+            key.append((t, a.hex()))
+        elif t is int or t is bool:
+            key.append((t, a))
+        else:
+            return None, None
+    return tuple(key), arrays
 
 
 def _touch(cache, key):
