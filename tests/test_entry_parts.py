@@ -315,7 +315,8 @@ def test_a_constant_the_edit_also_reads_keeps_its_place():
     """The edit's term (``sum(theta ** 2)``) needs a 2 that the program reads too (the
     derivative of ``ell ** 2``); reverse mode reaches the term first, so the trace makes the
     2 earlier than the original did. Numbered before its first reader (``tail_last``), it
-    leaves the statements before the tail as they were: the head's part is the original's."""
+    leaves the statements before the tail as they were: every part before the tail is the
+    original's."""
     rng = np.random.default_rng(4)
     X, y = qb.array(rng.normal(size=(12, 3))), qb.array(rng.normal(size=12))
 
@@ -327,8 +328,8 @@ def test_a_constant_the_edit_also_reads_keeps_its_place():
     theta = qb.array([0.1, -1.0])
     original, edited = (module_source(qb.jit(qb.value_and_grad(f)).lower(theta).graph)[0]
                         for f in (loss, lambda t: loss(t) + 0.01 * qb.sum(t ** 2)))
-    assert len(original) == len(edited) == 2
-    assert edited[0] == original[0] and edited[1] != original[1]
+    assert len(original) == len(edited) >= 2
+    assert edited[:-1] == original[:-1] and edited[-1] != original[-1]
 
 
 def test_a_penalty_that_shares_a_value_with_the_program_keeps_its_middle_part(monkeypatch):

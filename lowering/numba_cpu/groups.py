@@ -47,12 +47,23 @@ def emit_group(e, group):
     axis, segments = _segments(e, group, idx, shape)
     for depth in range(axis):
         e.loop(idx[depth], shape[depth], depth + 1)
+    held = _held_sums(e, group, idx)
     for lo, hi in segments:
         e.ranges[idx[axis]] = (lo, hi)
-        e.loop(idx[axis], hi, axis + 1, start=lo)
-        for depth in range(axis + 1, len(shape)):
-            e.loop(idx[depth], shape[depth], depth + 1)
-        _body(e, group, idx, len(shape) + 1)
+        loops = [(idx[axis], hi, axis + 1, lo)] + [
+            (idx[depth], shape[depth], depth + 1, 0) for depth in range(axis + 1, len(shape))]
+        reads = {}
+        for i, stop, depth, start in loops:
+            if depth == len(shape):
+                for m, target in held.items():
+                    e.assign(f"acc{m}", target, depth)
+                reads = _invariant_reads(e, group, idx)
+                for o, expr in reads.items():
+                    e.assign(f"h{o}", expr, depth)
+            e.loop(i, stop, depth, start=start)
+        _body(e, group, idx, len(shape) + 1, held, reads)
+        for m, target in held.items():
+            e.emit(f"{target} = acc{m}", len(shape))
     e.ranges = {}
     for m in group.members:
         if kind(e.nodes[m]) == "reduction":
@@ -81,21 +92,68 @@ def _segments(e, group, idx, shape):
     return 0, [(0, shape[0])]
 
 
-def _body(e, group, idx, depth):
-    """The members of ``group`` at loop index ``idx``, statements at ``depth``."""
+def _held_sums(e, group, idx):
+    """Reduction member -> its accumulator's element, for the reductions along the innermost
+    axis into an array: each row's sum is held in a local (``acc<m>``) over the innermost
+    loop, read before it and stored after. Summed in memory, the adds would wait on a store
+    LLVM cannot prove apart from the loop's other stores (the scratch is one array), and the
+    loop would not vectorise (a softmax's exponentials); the order of the adds is the same."""
+    innermost = len(idx) - 1
+    return {m: _target(e, e.nodes[m], m, idx) for m in group.members
+            if kind(e.nodes[m]) == "reduction" and e.nodes[m].shape != ()
+            and innermost in dict(e.nodes[m].params)["axes"]}
+
+
+def _invariant_reads(e, group, idx):
+    """Operand from outside the group (or index map member) -> its element at ``idx``, for
+    those whose element does not change along the innermost loop (a row's maximum in a
+    softmax): each is read into a local (``h<o>``) before that loop. Read in the loop from the scratch the loop
+    also stores to, the load would keep LLVM from vectorising it (it cannot tell the store
+    does not change the element)."""
+    inner = re.compile(rf"\b{idx[-1]}\b")
+    found = {}
+    for m in group.members:
+        node = e.nodes[m]
+        if kind(node) == "index_map":  # a broadcast's gather, its own member
+            expr = e.gather(node, group, idx)
+            if "[" in expr and not inner.search(expr):
+                found[m] = expr
+            continue
+        for o in node.operands:
+            if o in group.member_set or o in found:
+                continue
+            expr = e.read(o, group, idx)
+            if "[" in expr and not inner.search(expr):
+                found[o] = expr
+    return found
+
+
+def _target(e, node, nid, idx):
+    """A reduction's accumulator at loop index ``idx``: its local, or its array's element."""
+    axes = dict(node.params)["axes"]
+    return f"v{nid}" if node.shape == () else (
+        e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
+
+
+def _body(e, group, idx, depth, held, reads):
+    """The members of ``group`` at loop index ``idx``, statements at ``depth``; ``held``:
+    the reductions summed in locals (``_held_sums``), ``reads``: the operands read before the
+    innermost loop (``_invariant_reads``)."""
     single_use = single_uses(e, group)
     for m in group.members:
         node = e.nodes[m]
         if kind(node) == "reduction":
-            reduction_step(e, node, m, group, idx, depth)
+            reduction_step(e, node, m, group, idx, depth, f"acc{m}" if m in held else None,
+                           reads)
             continue
         if kind(node) == "index_map":
-            expr = e.gather(node, group, idx)
+            expr = f"h{m}" if m in reads else e.gather(node, group, idx)
             nesting = max(2, _depth(expr))
         else:
             nesting = _nesting(PRIMITIVES[node.op].scalar) + max(
                 [e.nesting.get(o, 2) for o in node.operands if o in e.inlined] + [2])
-            expr = scalar_expression(node, [e.read(o, group, idx) for o in node.operands])
+            expr = scalar_expression(node, [f"h{o}" if o in reads else e.read(o, group, idx)
+                                            for o in node.operands])
         if m in single_use and nesting <= SPLICE_DEPTH and len(expr) <= SPLICE_LENGTH:
             e.inlined[m] = expr
             e.nesting[m] = nesting
@@ -144,11 +202,13 @@ def reduction_init(e, node, nid):
         e.alloc(f"v{nid}", e.local_shape(nid), node.dtype, fill=init, result=nid)
 
 
-def reduction_step(e, node, nid, group, idx, depth):
+def reduction_step(e, node, nid, group, idx, depth, local=None, reads=()):
+    """One element into a reduction: into ``local`` where one holds the accumulator; an
+    operand among ``reads`` is the local read before the innermost loop."""
     axes = dict(node.params)["axes"]
-    value = e.read(node.operands[0], group, idx)
-    target = f"v{nid}" if node.shape == () else (
-        e.at(f"v{nid}", [i for k, i in enumerate(idx) if k not in axes]))
+    operand = node.operands[0]
+    value = f"h{operand}" if operand in reads else e.read(operand, group, idx)
+    target = local or _target(e, node, nid, idx)
     along = len(group.shape) - 1 in axes and group.shape[-1] >= REORDERED_SUMS
     step = (f"_sum_add({target}, {value})" if node.op == "reduce_sum" and along
             else combine(node.op, target, value))
