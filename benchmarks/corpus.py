@@ -9,11 +9,11 @@ original's entries in the cache) and steady step, with ratios and their geometri
 
 None of these programs is tuned for Quabla: each is written once, against a namespace ``L``
 that is either library (``L.np`` is ``quabla`` or ``jax.numpy``, ``L.grad`` ``qb.grad`` or
-``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint``, ``L.adam``, ``L.fori_loop`` and
-``L.logsumexp`` adapt the few signatures and places that differ), in the spellings users
-reach for: ``reshape(t, (1,)) @ W`` first layers, ``einsum`` and broadcast-multiply-sum
-layers, Laplacians as ``grad(grad(net, k), k)`` summed over k, per-example gradients by
-``vmap(grad)``. Every measurement runs in a process
+``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint``, ``L.adam``, ``L.fori_loop``,
+``L.logsumexp`` and ``L.softmax`` adapt the few signatures and places that differ), in the
+spellings users reach for: ``reshape(t, (1,)) @ W`` first layers, ``einsum`` and
+broadcast-multiply-sum layers, Laplacians as ``grad(grad(net, k), k)`` summed over k,
+per-example gradients by ``vmap(grad)``. Every measurement runs in a process
 of its own through ``run.spawn`` (fresh compile caches for the cold call, the same caches for
 the warm one, which also times the step), as ``run.py`` does. Nothing asserts on time.
 """
@@ -67,6 +67,9 @@ class Quabla:
 
     def logsumexp(self, x, axis=None):
         return self.qb.logsumexp(x, axis=axis)
+
+    def softmax(self, x, axis=-1):
+        return self.qb.nn.softmax(x, axis=axis)
 
     def adam(self, rate):
         opt = self.qb.optim.Adam(learning_rate=rate)
@@ -132,6 +135,9 @@ class Jax:
         from jax.scipy.special import logsumexp
 
         return logsumexp(x, axis=axis)
+
+    def softmax(self, x, axis=-1):
+        return self.jax.nn.softmax(x, axis=axis)
 
     def adam(self, rate):
         import optax
@@ -555,8 +561,8 @@ def ridge_rows(L):
 
 
 # Added in session 31 from programs written for a check: a fixed-step integrator in a
-# fori_loop under vmap (its gradient was wrong before the fix of that session) and a mixture
-# model's likelihood by logsumexp (found behind JAX).
+# fori_loop under vmap (its gradient was wrong before the fix of that session), a mixture
+# model's likelihood by logsumexp and an attention layer's softmax (both found behind JAX).
 
 def vdp_rk4(L):
     """Van der Pol oscillators: RK4 in a ``fori_loop`` (300 steps) closing over ``mu``,
@@ -603,11 +609,29 @@ def gmm_nll(L):
     return L.jit(L.value_and_grad(L.edited(nll))), (p,)
 
 
+def attention(L):
+    """One self-attention layer in ``einsum`` (batch 8, length 32, width 16) with a softmax
+    over the keys, mean-pooled into a regression; gradient w.r.t. the four weights."""
+    rng = generator()
+    X = L.array(rng.normal(size=(8, 32, 16)))
+    y = L.array(rng.normal(size=8))
+
+    def loss(p):
+        wq, wk, wv, w = p
+        q, k, v = (L.np.einsum("bld,de->ble", X, m) for m in (wq, wk, wv))
+        a = L.softmax(L.np.einsum("bqe,bke->bqk", q, k) / 4.0, axis=-1)
+        pooled = L.np.mean(L.np.einsum("bqk,bke->bqe", a, v), axis=1)
+        return L.np.mean((pooled @ w - y) ** 2)
+
+    p = tuple(L.array(rng.normal(size=s) / 4.0) for s in ((16, 16), (16, 16), (16, 16), (16,)))
+    return L.jit(L.value_and_grad(L.edited(loss))), (p,)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
     train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind,
-    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows, vdp_rk4, gmm_nll)}
+    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows, vdp_rk4, gmm_nll, attention)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
