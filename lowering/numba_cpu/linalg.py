@@ -27,8 +27,9 @@ BLAS_THRESHOLD = 1 << 18
 # A matrix times a vector (or a row times a matrix) with at least this many multiply-adds goes
 # to BLAS: its gemv reorders each sum, where the product kernel sums every element in order (a
 # linear model's 5000 x 37 ``X @ w`` and ``X.T @ r``: its step 65-82 µs by BLAS, 107-143 by
-# the kernel; at 2000 x 20, no faster by BLAS, whose call and threads cost more)
-MATVEC_THRESHOLD = 1 << 17
+# the kernel; a ridge regression's 3000 x 29, 45-50 against 60-64 in a slow phase of this
+# machine; at 2000 x 20, no faster by BLAS, whose call and threads cost more)
+MATVEC_THRESHOLD = 1 << 16
 # OpenBLAS computes products up to this many multiply-adds with its small-matrix kernels.
 SMALL_PRODUCT = 1_000_000
 # Triangular solves with at least this many multiply-adds (n * n * right-hand sides) go to
