@@ -497,7 +497,8 @@ def test_solve_cholesky_and_triangular_solve_compile_without_numba(tmp_path):
 
 def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
     """A kernel's C function is a cache entry like any other: its object corrupted, the next
-    process refuses it, compiles it again (with Numba) and gets the right values."""
+    process refuses it, compiles it again (eigh's with Numba, sort's from external.py's IR)
+    and gets the right values."""
     import glob
     import json
 
@@ -509,7 +510,8 @@ def test_a_tampered_kernel_function_is_compiled_again(tmp_path):
     tampered = 0
     for manifest in glob.glob(str(tmp_path / "qb_*.manifest.json")):
         with open(manifest) as f:
-            if "quabla_kernel_call" in json.load(f)["entry"]:
+            entry = json.load(f)["entry"]
+            if "quabla_kernel_call" in entry or entry.startswith("quabla_n_sort"):
                 with open(manifest.replace(".manifest.json", ".o"), "r+b") as obj:
                     obj.write(b"\x00planted\x00")
                 tampered += 1
@@ -544,3 +546,37 @@ def test_programs_translated_on_several_threads_at_once_give_their_own_results()
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(work, range(4)))
     assert errors == []
+
+
+SORT_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import quabla as qb
+    rng = np.random.default_rng(8)
+    for dtype in (np.float64, np.float32):
+        for n in (1, 2, 5, 16, 37, 300):
+            x = rng.normal(size=(3, n)).astype(dtype)
+            x[0, rng.integers(0, n, max(1, n // 5))] = np.nan  # NaN last, in order
+            x[0, rng.integers(0, n, max(1, n // 4))] = 1.5     # ties keep their order
+            x[0, rng.integers(0, n, max(1, n // 5))] = 0.0
+            x[0, 0] = -0.0                                      # equal to 0.0
+            for fn, want in ((qb.sort, np.sort), (qb.argsort, np.argsort)):
+                got = np.asarray(qb.jit(lambda a: fn(a, axis=-1))(qb.array(x)))
+                expected = want(x, axis=-1, kind="stable")
+                assert got.dtype == expected.dtype or fn is qb.argsort, (got.dtype, dtype)
+                assert np.array_equal(got.view(np.uint8) if fn is qb.sort else got,
+                                      expected.view(np.uint8) if fn is qb.sort else expected)
+    print("numba" in sys.modules)
+""")
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_sort_gives_numpys_stable_order_and_compiles_without_numba(tmp_path, direct):
+    """A translated part's sort is external.py's merge sort in LLVM IR: NumPy's stable order
+    bit for bit (NaN last, ties and -0.0 in their order, float32 too), in a cold process that
+    never imports Numba; under QUABLA_DIRECT=0 Numba's kernel gives the same."""
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT, QUABLA_DIRECT=direct)
+    env.pop("QUABLA_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", SORT_SCRIPT], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == (["False"] if direct == "1" else ["True"])

@@ -24,7 +24,7 @@ from llvmlite import ir
 from .. import cache, native
 from . import machine
 
-__all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch"]
+__all__ = ["SYMBOLS", "names_in", "address", "ensure", "prefetch", "sort_text"]
 
 I64 = ir.IntType(64)
 _SCALARS = {"float64": ir.DoubleType(), "float32": ir.FloatType()}
@@ -58,6 +58,19 @@ class _Builder:
             slot = self.ir.alloca(value.type)
         self.ir.store(value, slot)
         return slot
+
+    @contextlib.contextmanager
+    def repeated(self, condition):
+        """``while condition(): <body>``, ``condition`` built anew at the loop's head."""
+        x = self.ir
+        head, body, end = (self.function.append_basic_block(n) for n in ("head", "body", "end"))
+        x.branch(head)
+        x.position_at_end(head)
+        x.cbranch(condition(), body, end)
+        x.position_at_end(body)
+        yield
+        x.branch(head)
+        x.position_at_end(end)
 
     @contextlib.contextmanager
     def steps(self, stop, step=1, start=None):
@@ -248,6 +261,80 @@ def _transposed(x, rows):
     high = [pick(rows[0], rows[1], [1, 5, 3, 7]), pick(rows[2], rows[3], [1, 5, 3, 7])]
     return [pick(low[0], low[1], [0, 1, 4, 5]), pick(high[0], high[1], [0, 1, 4, 5]),
             pick(low[0], low[1], [2, 3, 6, 7]), pick(high[0], high[1], [2, 3, 6, 7])]
+
+
+def _sort(module, dtype, name):
+    """``name(x, m, n, out, m, n, perm, 2n, tmp, 2n)``, the kernel call (kernel_calls.py) of
+    ``sort`` on an (m, n) matrix: ``out`` = the columns of ``x`` reordered so that row 0
+    ascends, stable (equal keys keep their order, -0.0 equals 0.0), NaN last. The bottom-up
+    merge sort of lowering/matrix_kernels.py's ``sort``, but merging each column's number
+    (an int64) with its key (a float64) beside it, in the two halves of the float64
+    workspaces ``perm`` and ``tmp``: a merge step reads its keys without going through the
+    numbers, and is branch-free. A stable sort has one order, so the result is that kernel's,
+    which Numba no longer compiles for a translated part (~1 s of a cold process)."""
+    scalar, double = _SCALARS[dtype], ir.DoubleType()
+    pointer, workspace = scalar.as_pointer(), double.as_pointer()
+    kind = ir.FunctionType(ir.VoidType(), [pointer, I64, I64, pointer, I64, I64,
+                                           workspace, I64, workspace, I64])
+    function = ir.Function(module, kind, name=name)
+    x, m, n, out, _, _, perm, _, tmp, _ = function.args
+    f = _Builder(function)
+    b = f.ir
+
+    def halves(p):  # (numbers, keys)
+        return b.bitcast(p, I64.as_pointer()), b.gep(p, [n])
+
+    def lesser(p, q):
+        return b.select(b.icmp_signed("<", p, q), p, q)
+
+    numbers, keys = halves(perm)
+    with f.steps(n) as k:
+        f.store(k, numbers, k)
+        key = f.load(x, k)
+        f.store(key if dtype == "float64" else b.fpext(key, double), keys, k)
+    source, target = f.variable(perm), f.variable(tmp)
+    last = b.sub(n, _int(1))
+    width = f.variable(_int(1))
+    with f.repeated(lambda: b.icmp_signed("<", b.load(width), n)):
+        w = b.load(width)
+        (numbers, keys), (merged, merged_keys) = halves(b.load(source)), halves(b.load(target))
+        lo = f.variable(_int(0))
+        with f.repeated(lambda: b.icmp_signed("<", b.load(lo), n)):
+            start = b.load(lo)
+            mid, hi = lesser(b.add(start, w), n), lesser(b.add(start, b.add(w, w)), n)
+            i, j = f.variable(start), f.variable(mid)
+            with f.steps(hi, start=start) as k:
+                at_i, at_j = b.load(i), b.load(j)
+                safe_i, safe_j = lesser(at_i, last), lesser(at_j, last)  # run out: in bounds
+                key_i, key_j = f.load(keys, safe_i), f.load(keys, safe_j)
+                before = b.or_(b.fcmp_ordered("<", key_j, key_i),
+                               b.and_(b.fcmp_unordered("uno", key_i, key_i),
+                                      b.fcmp_ordered("ord", key_j, key_j)))
+                left_j = b.icmp_signed("<", at_j, hi)
+                take_j = b.select(b.and_(left_j, b.icmp_signed("<", at_i, mid)), before, left_j)
+                f.store(b.select(take_j, f.load(numbers, safe_j), f.load(numbers, safe_i)),
+                        merged, k)
+                f.store(b.select(take_j, key_j, key_i), merged_keys, k)
+                b.store(b.add(at_j, b.zext(take_j, I64)), j)
+                b.store(b.add(at_i, b.zext(b.not_(take_j), I64)), i)
+            b.store(b.add(start, b.add(w, w)), lo)
+        done = b.load(source)
+        b.store(b.load(target), source)
+        b.store(done, target)
+        b.store(b.add(w, w), width)
+    numbers = halves(b.load(source))[0]
+    with f.steps(m) as r:
+        row = b.mul(r, n)
+        with f.steps(n) as k:
+            f.store(f.load(x, row, f.load(numbers, k)), out, row, k)
+    b.ret_void()
+
+
+def sort_text(name, dtype):
+    """The LLVM IR of the sort kernel call for ``dtype`` elements, its function ``name``."""
+    module = ir.Module(name=name)
+    _sort(module, dtype, name)
+    return str(module)
 
 
 # symbol -> (builder of its function, dtype); generated code calls symbol ``quabla_k<name>``

@@ -102,12 +102,33 @@ def _compile(name, key):
     return code, entry.native_name, symbols
 
 
+def _built_in_ir(name):
+    """The dtype of kernel call ``name`` where external.py builds it in LLVM IR (a sort of a
+    float matrix), else None: Numba compiles the others."""
+    kernel, kinds = _parse(name)
+    if kernel == "_sort" and len(kinds) == 4 and kinds[0] == kinds[1] in ("f8x2", "f4x2") \
+            and kinds[2:] == ["f8x1", "f8x1"]:
+        return _DTYPES[kinds[0][:2]]
+    return None
+
+
+def _compile_in_ir(name, key, dtype):
+    """``(object code, entry, symbols)`` of kernel call ``name``, built by external.py."""
+    from . import external, machine
+
+    entry = f"{name}_{key}"
+    return machine.compile_module(external.sort_text(entry, dtype)), entry, []
+
+
 def address(name):
     """The address of kernel call ``name`` in this process: its object linked from the cache,
-    or compiled by Numba and cached first."""
+    or compiled (by external.py or Numba) and cached first."""
     with _lock:
         if name not in _linked:
-            key = cache.entry_key(name)  # the kernels' sources are in every key
+            dtype = _built_in_ir(name)
+            # the kernels' sources are in every key; external.py's in those it builds
+            key = cache.entry_key(name if dtype is None else
+                                  f"{name} {cache.sources_digest(('numba_cpu/external.py',))}")
             stored = cache.read_object(key)
             linked = None
             if stored is not None:
@@ -117,7 +138,8 @@ def address(name):
                 except native.LoadError:
                     linked = None
             if linked is None:
-                code, entry, symbols = _compile(name, key)
+                code, entry, symbols = (_compile(name, key) if dtype is None
+                                        else _compile_in_ir(name, key, dtype))
                 cache.write_object(key, code, entry, symbols)
                 linked = native.load(code, entry, native.resolve(symbols))
             _linked[name] = linked

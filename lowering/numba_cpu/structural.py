@@ -90,10 +90,11 @@ def dynamic_update_add(e, node, out, args):
 
 def sort(e, node, out, args):
     """``sort`` of each (m, n) matrix of the stack: the merge sort of the runtime's ``_sort``
-    (lowering/matrix_kernels.py) in two float64 workspaces of n column numbers."""
+    (lowering/matrix_kernels.py) in two float64 workspaces of n column numbers, each with
+    room for n keys after them (where external.py's sort merges the keys with the numbers)."""
     m, n = node.shape[-2:]
     stacked(e, "_sort", node, out, args, [(m, n), (m, n)],
-            [(f"t{out}p", (n,)), (f"t{out}q", (n,))])
+            [(f"t{out}p", (2 * n,)), (f"t{out}q", (2 * n,))])
 
 
 register({"reshape": reshape, "dynamic_index": dynamic_index,
