@@ -10,8 +10,9 @@ its data pointer and sizes and each flag as an int64, which makes the views and 
 kernel (a special function's takes and returns its numbers). That function is compiled by
 Numba the first time a process needs it and cached like an entry (its object code, verified,
 keyed by its symbol and the kernels' sources), so a process that finds it in the cache links
-it without importing Numba: a program that solves, factors or sorts compiles in a fresh
-process as one that does not.
+it without importing Numba: a program that solves or factors compiles in a fresh process as
+one that does not. A float matrix's sort is built by external.py in LLVM IR instead (the same
+order, a stable sort having one), so a program that sorts never imports Numba.
 """
 
 import threading
