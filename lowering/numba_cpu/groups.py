@@ -107,9 +107,9 @@ def _held_sums(e, group, idx):
 def _invariant_reads(e, group, idx):
     """Operand from outside the group (or index map member) -> its element at ``idx``, for
     those whose element does not change along the innermost loop (a row's maximum in a
-    softmax): each is read into a local (``h<o>``) before that loop. Read in the loop from the scratch the loop
-    also stores to, the load would keep LLVM from vectorising it (it cannot tell the store
-    does not change the element)."""
+    softmax): each is read into a local (``h<o>``) before that loop. Read in the loop from
+    the scratch the loop also stores to, the load would keep LLVM from vectorising it (it
+    cannot tell the store does not change the element)."""
     inner = re.compile(rf"\b{idx[-1]}\b")
     found = {}
     for m in group.members:
