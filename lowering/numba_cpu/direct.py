@@ -625,7 +625,7 @@ class _Function:
         self.exits.pop()
         summed = self.sums.pop()
         marked = self.mark_sums and summed and not _sums_in_memory(node.body) and _innermost(
-            [body] + self.function.blocks[first:])
+            [body] + self.function.blocks[first:]) and not _reads_against_stores(node)
         self.free_sums |= bool(summed) and not marked
         if not b.block.is_terminated:
             latch = b.branch(head)
@@ -866,6 +866,26 @@ def _sums_in_memory(statements):
                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
                and node.value.func.id == "_sum_add"
                for statement in statements for node in _walk(statement))
+
+
+def _reads_against_stores(loop):
+    """Whether ``loop`` (a ``while i < n`` statement) stores to an array and reads one at an
+    index that falls as its counter rises (``999 - i``, a reversed read): LLVM cannot tell
+    such a read apart from the stores when both are in the one scratch array, so it leaves a
+    marked loop unvectorised, and warns."""
+    test = loop.test
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)):
+        return False
+    counter = test.left.id
+    stores = falling = False
+    for statement in loop.body:
+        for node in _walk(statement):
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+                stores = True
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and any(
+                    isinstance(n, ast.Name) and n.id == counter for n in _walk(node.right)):
+                falling = True
+    return stores and falling
 
 
 def _innermost(blocks):
