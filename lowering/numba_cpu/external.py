@@ -77,16 +77,10 @@ class _Builder:
         """``k = start; while k + step <= stop: <body>; k += step``; the body gets ``k``."""
         x = self.ir
         slot = self.variable(start if start is not None else _int(0))
-        head, body, end = (self.function.append_basic_block(n) for n in ("head", "body", "end"))
-        x.branch(head)
-        x.position_at_end(head)
-        x.cbranch(x.icmp_signed("<=", x.add(x.load(slot), _int(step)), stop), body, end)
-        x.position_at_end(body)
-        k = x.load(slot)
-        yield k
-        x.store(x.add(k, _int(step)), slot)
-        x.branch(head)
-        x.position_at_end(end)
+        with self.repeated(lambda: x.icmp_signed("<=", x.add(x.load(slot), _int(step)), stop)):
+            k = x.load(slot)
+            yield k
+            x.store(x.add(k, _int(step)), slot)
 
     def at(self, pointer, *terms):
         """The address of element ``sum(terms)`` of ``pointer``."""
