@@ -743,11 +743,22 @@ def _single_values(body):
 
 
 def _argument_index(node):
-    """``k`` of ``_arg(args, k, ...)`` with a literal ``k``, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id == "_arg" and len(node.args) >= 2 \
-            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, int):
-        return node.args[1].value
+    """``k`` of ``_arg(args, k, ...)`` with a literal ``k``; ``("thread", k)`` of a threaded
+    phase's own buffer ``_arg(args, k + P * thread, ...)`` (passes.phased: the running
+    thread's buffer ``k`` of ``P``, an argument the phase names no other way, apart from
+    every literal one and from its other buffers); else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "_arg" and len(node.args) >= 2):
+        return None
+    index = node.args[1]
+    if isinstance(index, ast.Constant) and isinstance(index.value, int):
+        return index.value
+    if isinstance(index, ast.BinOp) and isinstance(index.op, ast.Add) \
+            and isinstance(index.left, ast.Constant) and isinstance(index.left.value, int) \
+            and isinstance(index.right, ast.BinOp) and isinstance(index.right.op, ast.Mult) \
+            and isinstance(index.right.left, ast.Constant) \
+            and isinstance(index.right.right, ast.Name) and index.right.right.id == "thread":
+        return ("thread", index.left.value)
     return None
 
 
@@ -761,7 +772,7 @@ def _base(node, bases):
 def _pointer_bases(body):
     """``({variable: k}, arguments)``: the pointer variables that point into argument ``k``
     wherever they are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer, another such
-    variable). Every argument of an entry is an array of its own (the inputs, the results
+    variable; ``k`` as ``_argument_index`` gives it, a thread's own buffer included). Every argument of an entry is an array of its own (the inputs, the results
     allocated for the call, the scratch buffers, the constants), and generated code never
     writes an input: accesses through two different arguments never overlap (two inputs
     that are one array are only read). A variable assigned pointers into two arguments (a
@@ -810,7 +821,7 @@ class _Scopes:
     optimise and compile)."""
 
     def __init__(self, module, arguments):
-        self.module, self.arguments = module, sorted(arguments)
+        self.module, self.arguments = module, sorted(arguments, key=repr)
         self._scope, self._noalias = {}, {}
 
     def tag(self, instruction, k):
@@ -819,7 +830,8 @@ class _Scopes:
         if not self._scope:
             domain = self.module.add_metadata([ir.MetaDataString(self.module, "quabla.args")])
             scopes = {a: self.module.add_metadata(
-                [ir.MetaDataString(self.module, f"quabla.arg{a}"), domain])
+                [ir.MetaDataString(self.module, "quabla.arg" + (
+                    str(a) if isinstance(a, int) else f"{a[1]}.thread")), domain])
                 for a in self.arguments}
             for a in self.arguments:
                 self._scope[a] = self.module.add_metadata([scopes[a]])
