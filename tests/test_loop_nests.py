@@ -488,6 +488,35 @@ def test_small_matrix_vector_products_sum_each_row_in_order(dtype, transposed):
         np.testing.assert_array_equal(np.asarray(fn(a, v)), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("spelling", ["row @ matrix", "matrix @ matrix", "matrix.T @ matrix",
+                                      "matrix @ matrix.T"])
+def test_small_products_with_rows_sum_along_them_in_order(dtype, spelling):
+    """A small product whose right operand has rows (a first layer's weight gradient, ``x @
+    delta`` of 1 x 24 x 20) sums each row of the result along b's row, k outside, each element
+    from zero in the order of k: the bits of the element-by-element dots, and the loop runs
+    along b's row (vectorised); with b transposed it stays element by element."""
+    from lowering.numba_cpu import sources
+
+    rng = np.random.default_rng(4)
+    m = 1 if spelling.startswith("row") else 7
+    a = rng.normal(size=(m, 24)).astype(dtype)
+    b = rng.normal(size=(24, 20)).astype(dtype)
+    expected = np.zeros((m, 20), dtype)
+    for k in range(24):
+        expected = expected + a[:, k:k + 1] * b[k]
+    fn, args = {"row @ matrix": (lambda a, b: a[0] @ b, (a, b)),
+                "matrix @ matrix": (lambda a, b: a @ b, (a, b)),
+                "matrix.T @ matrix": (lambda at, b: at.T @ b, (a.T.copy(), b)),
+                "matrix @ matrix.T": (lambda a, bt: a @ bt.T, (a, b.T.copy()))}[spelling]
+    fn = qb.jit(fn)
+    for _ in range(2):
+        got = np.asarray(fn(*args))
+        np.testing.assert_array_equal(got, expected[0] if m == 1 else expected)
+    text = "".join(sources(fn.lower(*(qb.array(x) for x in args)).graph))
+    assert ("while i2 < 20:" in text.split("while k < 24:")[-1]) == (spelling != "matrix @ matrix.T")
+
+
 # -- a sum beside a reversed read ------------------------------------------------------------
 
 def test_a_sum_beside_a_reversed_read_and_a_store_compiles_quietly(capfd):
