@@ -11,6 +11,7 @@
 No timing here: what is checked is that the optimised code computes what the interpreter does.
 """
 
+import re
 
 import numpy as np
 import pytest
@@ -515,6 +516,45 @@ def test_small_products_with_rows_sum_along_them_in_order(dtype, spelling):
         np.testing.assert_array_equal(got, expected[0] if m == 1 else expected)
     text = "".join(sources(fn.lower(*(qb.array(x) for x in args)).graph))
     assert ("while i2 < 20:" in text.split("while k < 24:")[-1]) == (spelling != "matrix @ matrix.T")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_maxima_and_minima_along_rows_vectorise_whatever_the_order(dtype):
+    """A row's maximum or minimum (a softmax's, a logsumexp's) is LLVM's ``maximum`` or
+    ``minimum`` of each element into the row's local: NaN if any element is, +0.0 above
+    -0.0, so no result depends on the order the elements come in, and LLVM vectorises the
+    loop (it did not the select it was before: a Sinkhorn iteration's row maxima ran one
+    element at a time). Elementwise ``maximum`` and ``minimum`` are the same functions."""
+    import llvmlite.binding as llvm
+
+    from lowering.numba_cpu import direct, machine, sources
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(40, 64)).astype(dtype)
+    x[3, 17] = np.nan
+    x[5, :] = -1.0
+    x[5, 9], x[5, 40] = -0.0, 0.0
+    x[6, :] = -1.0
+    x[6, 9], x[6, 40] = 0.0, -0.0
+    x[7, :] = 1.0
+    x[7, 9], x[7, 40] = -0.0, 0.0
+    fn = qb.jit(lambda x: (qb.max(x, axis=1), qb.min(x, axis=1), qb.maximum(x, x[::-1]),
+                           qb.minimum(x, 0.0)))
+    for _ in range(2):
+        most, least, pairs, clipped = (np.asarray(a) for a in fn(x))
+        want_most, want_least = np.max(x, axis=1), np.min(x, axis=1)
+        np.testing.assert_array_equal(most, want_most)
+        np.testing.assert_array_equal(least, want_least)
+        assert np.isnan(most[3]) and np.isnan(least[3])
+        assert not np.signbit(most[5]) and not np.signbit(most[6])
+        assert np.signbit(least[7])
+        np.testing.assert_array_equal(pairs, np.maximum(x, x[::-1]))
+        np.testing.assert_array_equal(clipped, np.minimum(x, 0.0))
+    source = [s for s in sources(fn.lower(qb.array(x)).graph) if "_max(" in s][0]
+    module = llvm.parse_assembly(direct.translate(source, "rows"))
+    module.triple, module.data_layout = machine.module_target()
+    machine.optimise(module)
+    assert re.search(r"call (fast )?<\d+ x (double|float)> @llvm\.maximum\.v", str(module))
 
 
 # -- a sum beside a reversed read ------------------------------------------------------------

@@ -402,13 +402,17 @@ def float_divmod(builder, x, y):
 
 
 def pick_extremum(builder, order, a, b):
-    """``a if (a <order> b or a != a) else b`` (NaN-propagating max with ``>``, min with
-    ``<``) of two floats or two bools of one type."""
+    """The NaN-propagating max (``order`` ``>``) or min (``<``) of two floats, LLVM's
+    ``maximum``/``minimum`` (NaN if either is; +0.0 above -0.0), or the greater (lesser) of
+    two bools of one type. Neither float result depends on which operand comes first, so a
+    loop that reduces with it is one LLVM vectorises (it did not vectorise ``a if (a > b or
+    a != a) else b``: a softmax's row maxima ran one element at a time), with the bits of
+    the loop run element by element."""
     if isinstance(a.type, ir.IntType):
-        pick = builder.icmp_unsigned(order, a, b)
-    else:
-        pick = builder.or_(builder.fcmp_ordered(order, a, b), builder.fcmp_unordered("!=", a, a))
-    return builder.select(pick, a, b)
+        return builder.select(builder.icmp_unsigned(order, a, b), a, b)
+    name = "llvm.maximum" if order == ">" else "llvm.minimum"
+    kind = ir.FunctionType(a.type, [a.type, a.type])
+    return builder.call(builder.module.declare_intrinsic(name, [a.type], kind), [a, b])
 
 
 # -- tanh: libm's is a call per element (~10 ns) that stops LLVM from vectorising the loop; this
