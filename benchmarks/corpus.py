@@ -10,8 +10,8 @@ original's entries in the cache) and steady step, with ratios and their geometri
 None of these programs is tuned for Quabla: each is written once, against a namespace ``L``
 that is either library (``L.np`` is ``quabla`` or ``jax.numpy``, ``L.grad`` ``qb.grad`` or
 ``jax.grad``, and so on; ``L.scan``, ``L.cg``, ``L.odeint``, ``L.adam``, ``L.fori_loop``,
-``L.logsumexp`` and ``L.softmax`` adapt the few signatures and places that differ), in the
-spellings users reach for: ``reshape(t, (1,)) @ W`` first layers, ``einsum`` and
+``L.logsumexp``, ``L.softmax`` and ``L.tree_map`` adapt the few signatures and places that
+differ), in the spellings users reach for: ``reshape(t, (1,)) @ W`` first layers, ``einsum`` and
 broadcast-multiply-sum layers, Laplacians as ``grad(grad(net, k), k)`` summed over k,
 per-example gradients by ``vmap(grad)``. Every measurement runs in a process
 of its own through ``run.spawn`` (fresh compile caches for the cold call, the same caches for
@@ -71,6 +71,9 @@ class Quabla:
 
     def softmax(self, x, axis=-1):
         return self.qb.nn.softmax(x, axis=axis)
+
+    def tree_map(self, f, *trees):
+        return self.qb.tree.map(f, *trees)
 
     def adam(self, rate):
         opt = self.qb.optim.Adam(learning_rate=rate)
@@ -139,6 +142,9 @@ class Jax:
 
     def softmax(self, x, axis=-1):
         return self.jax.nn.softmax(x, axis=axis)
+
+    def tree_map(self, f, *trees):
+        return self.jax.tree_util.tree_map(f, *trees)
 
     def adam(self, rate):
         import optax
@@ -628,11 +634,60 @@ def attention(L):
     return L.jit(L.value_and_grad(L.edited(loss))), (p,)
 
 
+# Added in session 32 from programs written for a check: a Sinkhorn transport cost (its row
+# maxima did not vectorise) and a training loop inside one jitted fori_loop (a first layer's
+# weight gradient summed element by element), both found behind JAX.
+
+def sinkhorn(L):
+    """Entropic optimal transport between 48 and 64 points: 60 log-domain Sinkhorn iterations
+    (``logsumexp`` along rows, then columns) in a ``fori_loop``; the transport cost and its
+    gradient w.r.t. the source points."""
+    rng = generator()
+    x = L.array(rng.normal(size=(48, 2)))
+    target = L.array(rng.normal(size=(64, 2)) + 1.0)
+    eps = 0.1
+
+    def cost(x):
+        C = L.np.sum((x[:, None, :] - target[None, :, :]) ** 2, axis=-1)
+
+        def body(i, fg):
+            f, g = fg
+            f = -eps * math.log(48) - eps * L.logsumexp((g[None, :] - C) / eps, axis=1)
+            g = -eps * math.log(64) - eps * L.logsumexp((f[:, None] - C) / eps, axis=0)
+            return f, g
+        f, g = L.fori_loop(0, 60, body, (L.np.zeros(48), L.np.zeros(64)))
+        return L.np.sum(L.np.exp((f[:, None] + g[None, :] - C) / eps) * C)
+
+    return L.jit(L.value_and_grad(L.edited(cost))), (x,)
+
+
+def sgd_in_loop(L):
+    """50 steps of SGD with momentum for a 1 -> 32 -> 32 -> 1 tanh MLP fitted to a noisy sine,
+    all in one jitted ``fori_loop`` (the gradient inside its body); the final loss."""
+    rng = generator()
+    x = L.array(L.np.linspace(-3.0, 3.0, 128)[:, None])
+    y = L.array(L.np.sin(2.0 * x) + 0.05 * rng.normal(size=(128, 1)))
+    params = mlp(L, [1, 32, 32, 1])
+    loss = L.edited(lambda p: L.np.mean((forward(L, p, x, L.np.tanh) - y) ** 2))
+
+    def train(params):
+        def body(i, state):
+            p, velocity = state
+            velocity = L.tree_map(lambda v, g: 0.9 * v + g, velocity, L.grad(loss)(p))
+            return L.tree_map(lambda w, v: w - 0.02 * v, p, velocity), velocity
+        zeros = L.tree_map(L.np.zeros_like, params)
+        p, _ = L.fori_loop(0, 50, body, (params, zeros))
+        return loss(p), p
+
+    return L.jit(train), (params,)
+
+
 PROGRAMS = {f.__name__: f for f in (
     pinn2d_deep, pinn3d_mixed, burgers, mlp_reshape, mlp_einsum, mlp_broadcast_sum,
     rosenbrock_hessian, mlp_hvp, poisson_cg, lotka_volterra, scan_sin, per_example_grads,
     train_adam, kernel_lsq, ns_steady, gp_nll, heat_roll, heat_pad2d, burgers_upwind,
-    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows, vdp_rk4, gmm_nll, attention)}
+    siren_helmholtz, poisson_glm, least_squares_tall, ridge_rows, vdp_rk4, gmm_nll, attention,
+    sinkhorn, sgd_in_loop)}
 
 
 # -- measuring ------------------------------------------------------------------------------------
