@@ -475,8 +475,9 @@ def test_primitives_batched_through_a_tile_loop(fn, make_args):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_small_matrix_vector_products_sum_each_row_in_order(dtype, transposed):
-    # a small product times a vector runs its rows' sums side by side (k outside): each row
-    # is still summed in the order of k, so the bits are those of the row-by-row sum
+    # a small product times a vector runs its rows' sums side by side (k outside; 16 rows or
+    # more stored by rows, the kernel's transposed 4 x 4 blocks): each row is still summed in
+    # the order of k, so the bits are those of the row-by-row sum
     rng = np.random.default_rng(3)
     a = rng.normal(size=(30, 40) if transposed else (40, 30)).astype(dtype)
     v = rng.normal(size=30).astype(dtype)
