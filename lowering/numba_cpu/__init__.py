@@ -152,14 +152,12 @@ class NativeExecutable:
         threads.limit_blas()  # BLAS on this process's share of the cores (once per process)
         self.graph = graph
         self.source = source
-        self._keep = keep  # what owns the machine code: it lives as long as ``run`` does
-        self.address, self.constants, self.buffers = address, constants, buffers  # for .numba
+        self.constants, self.buffers = constants, buffers  # for .numba
         # each call's control row, an array (the entry reads it as the last argument)
         self.phases = ([[np.array(row, np.int64) for row in rows] for rows in phases.rows]
                        if phases else [])
-        self._hold_gil = not self.phases and quick(graph)
-        self._retired = []  # code swapped out (``swap``): a call may still be running it
-        fn = native.entry_function(address, hold_gil=self._hold_gil)
+        hold_gil = not self.phases and quick(graph)
+        fn = native.entry_function(address, hold_gil=hold_gil)
         nodes = graph.nodes
         n_in = len(graph.inputs)
         params = ", ".join(f"a{k}" for k in range(n_in))
@@ -167,7 +165,11 @@ class NativeExecutable:
         constants = tuple(constants)
         # ``run`` refers to nothing that refers back to it, so dropping the last reference
         # to it (a trace evicted, a function collected) frees the machine code at once
-        namespace = {"fn": fn, "keep": keep, "empty": np.empty, "pool": [],
+        # ``keep`` owns the machine code at ``address``: it lives as long as ``run`` does
+        # (``retired``: code swapped out, which a call may still be running: ``swap``)
+        namespace = {"fn": fn, "keep": keep, "address": address, "retired": [],
+                     "hold_gil": hold_gil,
+                     "empty": np.empty, "pool": [],
                      "scratch": _scratch_sets(buffers, () if self.phases else constants),
                      "fixed": constants}
         if self.phases:  # the control row, then the constants
@@ -194,21 +196,33 @@ class NativeExecutable:
         lines.append(f"    return ({''.join(r + ', ' for r in results)})")
         exec("\n".join(lines) + "\n", namespace)
         self.run = namespace.pop("run")  # not left in its own globals: no cycle
-        self._namespace = namespace
 
-    def swap(self, keep, address):
-        """Runs the code at ``address`` (owned by ``keep``) from the next call on: this
-        program's entry compiled again (an edit's parts optimised, ``_tiered``), computing the
-        same bits. The code before stays linked while this executable lives."""
-        self._retired.append(self._keep)
-        self._keep, self.address = keep, address
-        self._namespace["keep"] = keep
-        self._namespace["fn"] = native.entry_function(address, hold_gil=self._hold_gil)
+    @property
+    def address(self):
+        """Where the machine code ``run`` calls is (``swap`` moves it)."""
+        return self.run.__globals__["address"]
+
+    @property
+    def keep(self):
+        """What owns the machine code ``run`` calls."""
+        return self.run.__globals__["keep"]
 
     def __call__(self, *args):
         """``run`` for arrays of any layout: each is checked and made C-contiguous first (the
         entry reads raw memory)."""
         return self.run(*_arrays(self.graph, args))
+
+
+def swap(run, keep, address):
+    """Runs the code at ``address`` (owned by ``keep``) from ``run``'s next call on: its
+    program's entry compiled again (an edit's parts optimised, ``_tiered``), computing the
+    same bits. It changes ``run``'s globals, not its ``NativeExecutable``: a jitted function
+    keeps ``run`` alone, and the executable may be gone. The code before stays linked while
+    ``run`` lives."""
+    namespace = run.__globals__
+    namespace["retired"].append(namespace["keep"])
+    namespace["keep"], namespace["address"] = keep, address
+    namespace["fn"] = native.entry_function(address, hold_gil=namespace["hold_gil"])
 
 
 def _arrays(graph, args):
@@ -470,7 +484,8 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
     later = {key: t for key, t in translated.items() if not t[2]}
     if later:
         thread = threading.Thread(target=_optimise, daemon=True, args=(
-            weakref.ref(executable), graph, [key for key, _ in parts], later, buffers, phases))
+            weakref.ref(executable.run), graph, [key for key, _ in parts], later, buffers,
+            phases))
         with _OPTIMISING:
             _optimising.append(thread)
         thread.start()
@@ -480,21 +495,21 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
 _OPTIMISING = threading.Lock()
 
 
-def _optimise(executable, graph, keys, translated, buffers, phases):
+def _optimise(run, graph, keys, translated, buffers, phases):
     """Compiles the ``translated`` parts with their own pipeline (O2) into the cache, then swaps
-    the program of ``keys`` linked from it into ``executable`` (a weak reference) if that
-    still lives."""
+    the program of ``keys`` linked from it into ``run`` (a weak reference to an executable's
+    ``run``, what a jitted function keeps) if that still lives."""
     try:
         _hurry.wait(OPTIMISE_AFTER)
         with _IN_FLIGHT:
             for key, (text, name, _) in translated.items():
                 code, externals = direct.DirectEntry(text, name).result()
                 cache.write_object(key, code, name, externals)
-            target = executable()
+            target = run()
             if target is not None:
                 parts = [_stored(key) for key in keys]
                 if all(part is not None for part in parts):
-                    target.swap(*_linked_entry(graph, parts, buffers, phases))
+                    swap(target, *_linked_entry(graph, parts, buffers, phases))
     finally:
         with _OPTIMISING:
             _optimising.remove(threading.current_thread())

@@ -43,7 +43,7 @@ def numba_function(executable, name):
     outputs = [graph.nodes[o] for o in graph.outputs]
     constants = list(executable.constants)
     controls = [row for rows in executable.phases for row in rows]
-    _PINNED.append((executable._keep, constants, controls))
+    _PINNED.append((executable.keep, constants, controls))
     lines = [f"def {name}({', '.join(f'a{k}' for k in range(len(inputs)))}):"]
     for k, node in enumerate(inputs):
         if node.shape == ():
