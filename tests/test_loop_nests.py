@@ -574,3 +574,21 @@ def test_a_sum_beside_a_reversed_read_and_a_store_compiles_quietly(capfd):
 
     _check(qb.value_and_grad(nll), rng.normal(size=1000) * 0.3)
     assert "not vectorized" not in capfd.readouterr().err
+
+
+def test_a_sum_beside_a_transposed_read_and_a_store_compiles_quietly(capfd):
+    """Regression on learnable RBF features by a solve, differentiated w.r.t. the centres: a
+    loop sums while storing one array and reading another transposed (``200 * i1 + i0``),
+    all in the one scratch, and LLVM wrote "loop not vectorized" on every cold compile; such
+    a loop is left to LLVM's cost model as the reversed read is."""
+    rng = np.random.default_rng(32)
+    x, y = rng.uniform(-1, 1, (200, 3)), rng.normal(size=(200, 4))
+
+    def loss(log_ell, centres):
+        phi = qb.exp(-0.5 * qb.sum((x[:, None, :] - centres[None]) ** 2, axis=-1)
+                     / qb.exp(log_ell) ** 2)
+        w = qb.solve(phi.T @ phi + 1e-3 * qb.eye(40), phi.T @ y)
+        return qb.mean((phi @ w - y) ** 2)
+
+    _check(qb.grad(loss, argnums=(0, 1)), np.log(0.5), rng.uniform(-1, 1, (40, 3)))
+    assert "not vectorized" not in capfd.readouterr().err

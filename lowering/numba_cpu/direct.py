@@ -882,22 +882,33 @@ def _sums_in_memory(statements):
 
 def _reads_against_stores(loop):
     """Whether ``loop`` (a ``while i < n`` statement) stores to an array and reads one at an
-    index that falls as its counter rises (``999 - i``, a reversed read): LLVM cannot tell
-    such a read apart from the stores when both are in the one scratch array, so it leaves a
-    marked loop unvectorised, and warns."""
+    index that falls as its counter rises (``999 - i``, a reversed read) or strides with it
+    (``200 * i + j``, a transposed read): LLVM cannot tell such a read apart from the stores
+    when both are in the one scratch array, so it leaves a marked loop unvectorised, and
+    warns."""
     test = loop.test
     if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)):
         return False
     counter = test.left.id
-    stores = falling = False
+
+    def names_counter(node):
+        return any(isinstance(n, ast.Name) and n.id == counter for n in _walk(node))
+
+    def strided(node):  # ``k * counter`` with k other than 1
+        return isinstance(node.op, ast.Mult) and any(
+            isinstance(a, ast.Name) and a.id == counter and isinstance(b, ast.Constant)
+            and b.value != 1 for a, b in ((node.left, node.right), (node.right, node.left)))
+
+    stores = against = False
     for statement in loop.body:
         for node in _walk(statement):
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
                 stores = True
-            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and any(
-                    isinstance(n, ast.Name) and n.id == counter for n in _walk(node.right)):
-                falling = True
-    return stores and falling
+            elif isinstance(node, ast.BinOp) and (
+                    (isinstance(node.op, ast.Sub) and names_counter(node.right))
+                    or strided(node)):
+                against = True
+    return stores and against
 
 
 def _innermost(blocks):
