@@ -592,3 +592,19 @@ def test_a_sum_beside_a_transposed_read_and_a_store_compiles_quietly(capfd):
 
     _check(qb.grad(loss, argnums=(0, 1)), np.log(0.5), rng.uniform(-1, 1, (40, 3)))
     assert "not vectorized" not in capfd.readouterr().err
+
+
+def test_a_sum_over_a_short_segment_is_in_order_and_compiles_quietly(capfd):
+    """A sum over a concatenate of 16, 16 and 4 elements is three loops, one per piece
+    (``groups._segments``): the pieces of 16 or more reorder their adds (a marked, vectorised
+    loop), the piece of 4 adds in order. Marked, a 4-element loop cannot be vectorised 4 wide
+    with 4 interleaved, and LLVM wrote "loop not vectorized" on every cold compile (an
+    adaptive ODE's error norm over its state and its adjoints)."""
+    rng = np.random.default_rng(33)
+
+    def norm(a, b, c):
+        x = qb.concatenate([a, b, c])
+        return qb.sum((x / (1e-8 + qb.abs(x))) ** 2), x * 2.0
+
+    _check(norm, rng.normal(size=16), rng.normal(size=16), rng.normal(size=4))
+    assert "not vectorized" not in capfd.readouterr().err

@@ -20,7 +20,8 @@ SEGMENTS = 6  # the most loops one loop is split into
 # Sums along an innermost axis of at least this many elements may have their adds reordered
 # (``_sum_add``): LLVM then vectorises their loops, keeping partial sums in vector lanes (a
 # 400 000-element sum of squares 1.3x faster; of tanh, with its own loop, 1.4x). A shorter
-# one is summed in order, as NumPy sums fewer than eight.
+# one is summed in order, as NumPy sums fewer than eight; so is a shorter segment of a loop
+# split at its guarded reads (``_segments``): its loop is too short for the marked width.
 REORDERED_SUMS = 16
 # Sums along an innermost axis shorter than this get a loop of their own, after the costly
 # members of their group (loopnest/schedule.py's ``_sums_apart``).
@@ -209,7 +210,8 @@ def reduction_step(e, node, nid, group, idx, depth, local=None, reads=()):
     operand = node.operands[0]
     value = f"h{operand}" if operand in reads else e.read(operand, group, idx)
     target = local or _target(e, node, nid, idx)
-    along = len(group.shape) - 1 in axes and group.shape[-1] >= REORDERED_SUMS
+    lo, hi = e.ranges.get(idx[-1], (0, group.shape[-1]))  # a segment's (``_segments``)
+    along = len(group.shape) - 1 in axes and hi - lo >= REORDERED_SUMS
     step = (f"_sum_add({target}, {value})" if node.op == "reduce_sum" and along
             else combine(node.op, target, value))
     e.assign(target, step, depth)
