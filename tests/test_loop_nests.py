@@ -516,7 +516,8 @@ def test_small_products_with_rows_sum_along_them_in_order(dtype, spelling):
         got = np.asarray(fn(*args))
         np.testing.assert_array_equal(got, expected[0] if m == 1 else expected)
     text = "".join(sources(fn.lower(*(qb.array(x) for x in args)).graph))
-    assert ("while i2 < 20:" in text.split("while k < 24:")[-1]) == (spelling != "matrix @ matrix.T")
+    along_rows = "while i2 < 20:" in text.split("while k < 24:")[-1]
+    assert along_rows == (spelling != "matrix @ matrix.T")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -771,8 +771,9 @@ def _base(node, bases):
 
 def _pointer_bases(body):
     """``({variable: k}, arguments)``: the pointer variables that point into argument ``k``
-    wherever they are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer, another such
-    variable; ``k`` as ``_argument_index`` gives it, a thread's own buffer included). Every argument of an entry is an array of its own (the inputs, the results
+    wherever they are assigned (``_arg(args, k, ...)``, an ``_offset`` of such a pointer,
+    another such variable; ``k`` as ``_argument_index`` gives it, a thread's own buffer
+    included). Every argument of an entry is an array of its own (the inputs, the results
     allocated for the call, the scratch buffers, the constants), and generated code never
     writes an input: accesses through two different arguments never overlap (two inputs
     that are one array are only read). A variable assigned pointers into two arguments (a

@@ -156,20 +156,13 @@ def small_product(e, a, b, out, dims, dtype, ta=False, tb=False):
     left = e.at(a, ["i0", "k", "i1"] if ta else ["i0", "i1", "k"])
     right = e.at(b, ["i0", "i2", "k"] if tb else ["i0", "k", "i2"])
     target = e.at(out, ["i0", "i1", "i2"])
-    if N == 1 and M > 1:
-        e.emit(f"_zero({out}, {B * M})")
-        e.loop("i0", B)
-        e.loop("k", K, 2)
-        e.loop("i1", M, 3)
-        e.emit(f"{target} = {target} + {left} * {right}", 4)
-        return
-    if N > 1 and not tb:
+    side_by_side = ((("i0", B), ("k", K), ("i1", M)) if N == 1 and M > 1 else
+                    (("i0", B), ("i1", M), ("k", K), ("i2", N)) if N > 1 and not tb else None)
+    if side_by_side:
         e.emit(f"_zero({out}, {B * M * N})")
-        e.loop("i0", B)
-        e.loop("i1", M, 2)
-        e.loop("k", K, 3)
-        e.loop("i2", N, 4)
-        e.emit(f"{target} = {target} + {left} * {right}", 5)
+        for depth, (i, n) in enumerate(side_by_side, 1):
+            e.loop(i, n, depth)
+        e.emit(f"{target} = {target} + {left} * {right}", len(side_by_side) + 1)
         return
     acc = f"{out}s"
     e.loop("i0", B)
