@@ -8,8 +8,9 @@ loop, and reaches the body as operands.
 
 The rules of the regions build their new sub-graphs with the rest: ``traced`` (a function of
 tracers as a graph), ``rewire`` (inputs reordered, outputs picked), ``with_inputs`` (unused
-inputs inserted), ``restrict`` (inputs and outputs dropped), ``merge_graphs`` (several graphs
-over the same inputs as one), and read them with ``input_masks`` and ``nonzero``.
+inputs inserted), ``restrict`` (inputs and outputs dropped), ``returning`` (inner nodes as
+outputs), ``reading`` (inner nodes as inputs), ``merge_graphs`` (several graphs over the same
+inputs as one), and read them with ``input_masks`` and ``nonzero``.
 """
 
 import numpy as np
@@ -24,7 +25,8 @@ from ..ops import astype, weak_scalar
 from ..transforms.inline import inline
 
 __all__ = ["Body", "trace_body", "as_leaf", "aval", "avals", "aval_texts", "graph_input",
-           "traced", "rewire", "with_inputs", "hoist", "restrict", "merge_graphs",
+           "traced", "rewire", "with_inputs", "hoist", "restrict", "returning", "reading",
+           "merge_graphs",
            "input_masks", "bits", "nonzero"]
 
 _PYTHON_SCALARS = (bool, int, float)
@@ -206,6 +208,24 @@ def restrict(graph, inputs, outputs):
             live.update(graph.nodes[nid].operands)
     b.copy_nodes(graph, remap, keep=live)
     return b.build([remap[graph.outputs[k]] for k in outputs])
+
+
+def returning(graph, nodes, n_inputs):
+    """The graph of ``graph``'s first ``n_inputs`` inputs computing its ``nodes`` (ids), which
+    read no other input."""
+    return restrict(Graph(graph.nodes, graph.inputs, list(nodes), graph.input_names),
+                    range(n_inputs), range(len(nodes)))
+
+
+def reading(graph, nodes, name):
+    """``graph`` with its ``nodes`` (ids) read from new inputs after its own (``name0``,
+    ``name1``, ...) instead of computed: what only they needed is dropped."""
+    b = GraphBuilder()
+    remap = {graph.inputs[k]: _copy_input(b, graph, k) for k in range(len(graph.inputs))}
+    for j, nid in enumerate(nodes):
+        remap[nid] = b.input(*aval(graph.nodes[nid]), f"{name}{j}", graph.nodes[nid].weak)
+    b.copy_nodes(graph, remap)
+    return simplify(b.build([remap[o] for o in graph.outputs]))
 
 
 def merge_graphs(slots, fixed):

@@ -10,12 +10,16 @@ scalar (``INDEX_DTYPE``: Quabla has no integer dtype).
 - Reference: runs the body with the interpreter, step by step.
 - Dependence: ``loop_closure`` of the body's (a final carry depends on its start).
 - JVP: a scan carrying the nonzero tangents beside the carry, stacking the ys' tangents.
-- VJP: a forward scan that also stacks the carry at the start of every step (row
-  ``i - lower``), then a scan in the opposite direction whose body reads its step's carry and
-  cotangents of the ``ys`` with ``dynamic_index``, recomputes the step and applies its VJP;
-  the cotangents of the carry and of the loop constants are its carry. The forward scan has
-  the primal scan's operands, so the rewriter merges them: the forward loop runs once.
-  Memory: the stored carries take ``length`` times the carry's bytes. When that exceeds
+- VJP: a forward scan that also stacks, per step (row ``i - lower``), the carry it starts
+  from and the step's residuals: the costly values the body's VJP reads (transcendental
+  functions, divisions, reductions, products; ``_residuals``). Then a scan in the opposite
+  direction whose body reads its step's carry, residuals and cotangents of the ``ys`` with
+  ``dynamic_index``, computes again only the cheap rest of the step (arithmetic, moves of
+  elements) and applies its VJP; the cotangents of the carry and of the loop constants are
+  its carry. The forward scan has the primal scan's operands, so the rewriter merges them:
+  the forward loop runs once. When carries and residuals together exceed
+  ``CHECKPOINT_BYTES`` only the carries are stored and the reverse pass computes the whole
+  step again. When the stored carries alone (``length`` times the carry's bytes) exceed
   ``CHECKPOINT_BYTES`` (256 MiB) and ``length >= 4``, the scan is differentiated as the same
   loop split into segments of ``ceil(sqrt(length))`` steps (an outer scan over segments, each
   an inner scan, plus a scan over the remaining steps): the outer scan stores only the
@@ -42,7 +46,7 @@ from .. import dtypes as _dt
 from .. import ops
 from ..core.dependence import loop_closure, output_dependence
 from ..core.interpret import evaluate
-from ..core.primitives import Primitive, register
+from ..core.primitives import PRIMITIVES, Primitive, register
 from ..core.rewrite import REGION_RULES, RegionRules, simplify
 from ..core.tracing import bind
 from ..transforms.inline import inline
@@ -50,7 +54,7 @@ from ..transforms.vjp import vjp_graph
 from .region_rules import (carry_fixpoint, check_operands, dense, flags, index_map, lift,
                            loop_jvp, named, pick, split, spread, with_params)
 from .regions import (avals, bits, graph_input, hoist, input_masks, merge_graphs, nonzero,
-                      restrict, rewire, traced)
+                      reading, restrict, returning, rewire, traced)
 
 __all__ = ["INDEX_DTYPE", "CHECKPOINT_BYTES"]
 
@@ -126,26 +130,32 @@ def _vjp(cts, primals, outs, *, body, length, lower, reverse, n_carry, wanted):
 
 
 def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry, wanted):
-    """Store every step's carry in a forward scan, then run the body's VJP backwards."""
+    """Store every step's carry and residuals in a forward scan, then run the body's VJP
+    backwards."""
     n = n_carry
     init, consts = list(primals[:n]), list(primals[n:])
-    m = len(consts)
-    stash = _bind(_stash(body, n), init, consts, length=length, lower=lower,
-                  reverse=reverse)[n:]
+    m, n_in = len(consts), len(body.inputs)
     graph, carry_f, const_f, grad_at = _loop_vjp(body, n, flags(cts[:n]), flags(cts[n:]),
                                                  _needed(body, n, wanted))
     a, b = sum(carry_f), sum(const_f)
     if not a + b:
         return [None] * len(primals)
+    kept = _residuals(graph, n_in, 1 + n)
+    if _stored_bytes(init + [graph.nodes[r] for r in kept], length) > CHECKPOINT_BYTES:
+        kept = []
+    stash = _bind(_stash(body, n, returning(graph, kept, n_in)), init, consts, length=length,
+                  lower=lower, reverse=reverse)[n:]
+    graph = reading(graph, kept, "residual")
     ys_ct = pick(cts[n:], flags(cts[n:]))
 
     def step(args):
-        i, ct_carry, acc, rows, k_consts, y_cts = split(args, [1, a, b, n, m, len(ys_ct)])
+        i, ct_carry, acc, rows, k_consts, y_cts = split(
+            args, [1, a, b, n + len(kept), m, len(ys_ct)])
         i = i[0]
         row = i if lower == 0 else ops.subtract(i, float(lower))
-        carry = [bind("dynamic_index", s, row) for s in rows]
-        outs = inline(graph, [i] + carry + k_consts + ct_carry
-                      + [bind("dynamic_index", y, row) for y in y_cts])
+        at_row = [bind("dynamic_index", s, row) for s in rows]
+        outs = inline(graph, [i] + at_row[:n] + k_consts + ct_carry
+                      + [bind("dynamic_index", y, row) for y in y_cts] + at_row[n:])
         return ([outs[grad_at[1 + k]] for k in range(n) if carry_f[k]]
                 + [ops.add(s, outs[grad_at[1 + n + k]])
                    for s, k in zip(acc, (k for k in range(m) if const_f[k]))])
@@ -158,6 +168,46 @@ def _stored_vjp(cts, primals, *, body, length, lower, reverse, n_carry, wanted):
     res = _bind(back, start, stash + consts + ys_ct, length=length, lower=lower,
                 reverse=not reverse)
     return spread(res[:a], carry_f, init) + spread(res[a:], const_f, consts)
+
+
+def _residuals(graph, n_in, n_variant):
+    """The forward values a scan's reverse pass reads from the forward pass's stacks rather
+    than computing them again: of the values of one step of ``graph`` (the body's VJP, inputs
+    ``(i, *carry, *consts, *seeds)``) that the cotangents read and that change from step to
+    step (they depend on one of the first ``n_variant`` inputs), the costly ones, and those
+    the cheap ones are computed from (arithmetic, comparisons and moves of elements are
+    computed again: storing them would cost as much memory traffic as it saves). What
+    depends on the constants alone is computed before the reverse loop, once."""
+    nodes = graph.nodes
+    linear, varies = set(graph.inputs[n_in:]), set(graph.inputs[:n_variant])
+    for nid, node in enumerate(nodes):
+        if any(o in linear for o in node.operands):
+            linear.add(nid)
+        elif any(o in varies for o in node.operands):
+            varies.add(nid)
+    inputs = set(graph.inputs)
+    todo = sorted({o for nid in linear for o in nodes[nid].operands
+                   if o in varies and o not in linear and o not in inputs})
+    kept, seen = set(), set()
+    while todo:
+        nid = todo.pop()
+        if nid in seen or nid in inputs:
+            continue
+        seen.add(nid)
+        if _costly(nodes[nid]):
+            kept.add(nid)
+        else:
+            todo.extend(o for o in nodes[nid].operands if o in varies)
+    return sorted(kept)
+
+
+def _costly(node):
+    """Whether a reverse pass stores a forward value of this node rather than computes it
+    again: floating values that are not moves of elements or cheap arithmetic."""
+    rule = PRIMITIVES[node.op]
+    moves = rule.kind == "index_map" or node.op in ("reshape", "dynamic_index", "stop_gradient")
+    cheap = rule.kind == "elementwise" and rule.cheap(node.kw)
+    return node.dtype.is_floating and not (moves or cheap)
 
 
 def _needed(body, n, wanted):
@@ -194,10 +244,11 @@ def _loop_vjp(body, n, carry_f, ys_f, needed):
         carry_f = settled
 
 
-def _stash(body, n):
-    """``body`` returning its new carry and, as ys, the carry it starts from."""
+def _stash(body, n, residuals):
+    """``body`` returning its new carry and, as ys, the carry it starts from and the values
+    of the graph ``residuals`` (over the body's inputs)."""
     return traced([graph_input(body, k) for k in range(len(body.inputs))],
-                  lambda args: inline(body, args)[:n] + args[1:1 + n])
+                  lambda args: inline(body, args)[:n] + args[1:1 + n] + inline(residuals, args))
 
 
 def _checkpointed_vjp(cts, primals, *, body, length, lower, reverse, n_carry, wanted):
