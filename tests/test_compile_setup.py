@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -144,9 +145,20 @@ def test_cold_process_results(cold):
     np.testing.assert_allclose(cold["out"][3], t, rtol=1e-6)
 
 
+def _fused(x, y, z):
+    """x * y + z rounded once (a fused multiply-add), element by element, exactly."""
+    def one(a, b, c):
+        try:
+            return float(Fraction(a) * Fraction(b) + Fraction(c))  # int / int: rounded once
+        except (OverflowError, ValueError):  # infinities, NaN, overflow: as the hardware
+            return a * b + c
+    return np.frompyfunc(one, 3, 1)(*np.broadcast_arrays(x, y, z)).astype(np.float64)
+
+
 def _tanh_reference(x):
-    """The runtime's tanh (lowering/numba_cpu/runtime.py) transcribed to NumPy float64, in
-    the same order of operations: the compiled one must give exactly these bits."""
+    """The runtime's tanh (lowering/numba_cpu/scalar_ir.py) transcribed to NumPy float64, in
+    the same order of operations, its fused multiply-adds by ``_fused``: the compiled one
+    must give exactly these bits."""
     x = np.asarray(x, np.float64)
     with np.errstate(all="ignore"):
         ax = np.abs(x)
@@ -157,17 +169,19 @@ def _tanh_reference(x):
         lo = k * 1.90821492927058770002e-10
         r = hi - lo
         s = r * r
-        c = r - s * (1.66666666666666019037e-01 + s * (-2.77777777770155933842e-03 + s * (
-            6.61375632143793436117e-05 + s * (-1.65339022054652515390e-06
-                                              + s * 4.13813679705723846039e-08))))
-        y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
-        e = y * ((k.astype(np.int64) + 1023) << 52).view(np.float64)
+        acc = 4.13813679705723846039e-08
+        for coefficient in (-1.65339022054652515390e-06, 6.61375632143793436117e-05,
+                            -2.77777777770155933842e-03, 1.66666666666666019037e-01):
+            acc = _fused(s, acc, coefficient)
+        d = 2.0 - _fused(-s, acc, r)
+        scale = ((k.astype(np.int64) + 1023) << 52).view(np.float64)
         small = ax < 0.625
-        p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z \
-            - 1.61468768441708447952e3
-        q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z \
-            + 4.84406305325125486048e3
-        t = np.where(small, x * z * p, -2.0) / np.where(small, q, e + 1.0)
+        p = _fused(_fused(-9.64399179425052238628e-1, z, -9.92877231001918586564e1), z,
+                   -1.61468768441708447952e3)
+        q = _fused(_fused(z + 1.12811678491632931402e2, z, 2.23548839060100448583e3), z,
+                   4.84406305325125486048e3)
+        t = (np.where(small, x * z * p, -2.0 * d)
+             / np.where(small, q, _fused(d, scale + 1.0, (2.0 * r) * scale)))
         big = 1.0 + t
         res = np.where(small, np.where(x != 0.0, x + t, x), np.where(x < 0.0, -big, big))
         return np.where(ax == ax, res, x)

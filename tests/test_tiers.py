@@ -106,6 +106,30 @@ def test_a_marked_sum_has_the_same_bits_from_either_pipeline(name, n, dtype):
     np.testing.assert_allclose(quick, expected, rtol=tolerance, atol=tolerance * n)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fused_multiply_adds_give_the_same_bits_from_every_pipeline(dtype):
+    """``tanh`` and ``exp`` are built of fused multiply-adds (scalar_ir.py): the fast
+    instruction selector of the quick pipelines fuses them as the optimised one does, whether
+    the loop is vectorised or not."""
+    x = np.concatenate([np.random.default_rng(3).normal(size=997) * s for s in (0.3, 3.0, 30.0)])
+    arrays = {"v0": x.astype(dtype), "r0": np.zeros(x.size, dtype), "r1": np.zeros(x.size, dtype)}
+    text, entry, _, _ = _translated(f"""
+        i0 = 0
+        while i0 < {x.size}:
+            r0[i0] = _tanh(v0[i0])
+            r1[i0] = _exp(v0[i0])
+            i0 += 1
+        """, arrays)
+    runs = [_run(text, entry, pipeline, list(arrays.values()))[1:]
+            for pipeline in (machine.BARE, machine.QUICK, machine.OPTIMISED)]
+    for run in runs[:2]:
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(run, runs[2]))
+    rtol = 4e-16 if dtype == np.float64 else 2e-7
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(runs[2][0], np.tanh(arrays["v0"]), rtol=rtol)
+        np.testing.assert_allclose(runs[2][1], np.exp(arrays["v0"]), rtol=rtol)
+
+
 def test_a_sum_in_memory_or_outside_a_loop_is_not_marked():
     """A sum in an array element is left to LLVM's cost model (the part is ``free``: no
     quick tier for it), as is one in a loop around others; a sum outside any loop is in
