@@ -274,6 +274,35 @@ def test_a_short_edit_that_shares_no_part_runs_quick_code_first(short, monkeypat
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
 
 
+def test_an_edit_s_part_whose_sums_are_free_is_compiled_optimised_at_once(monkeypatch):
+    """A new part with a sum in an array element (``free``: its bits are its pipeline's) is
+    compiled by its own pipeline in the edit's tiered path, translated once, stored at once
+    and never swapped (a ridge gradient's ``x.T @ r``: one part, all new)."""
+    def ridge(rate):
+        return qb.value_and_grad(lambda w, x, y: qb.sum((x @ w - y) ** 2) + rate * qb.sum(w * w))
+
+    rng = np.random.default_rng(7)
+    args = tuple(qb.array(rng.normal(size=s)) for s in ((8,), (40, 8), (40,)))
+    qb.jit(ridge(0.1 + 0.1 * np.random.default_rng().uniform()))(*args)  # the original
+    optimised()
+    translations = []
+    translation = direct.translation
+    monkeypatch.setattr(direct, "translation", lambda *a: translations.append(
+        translation(*a)) or translations[-1])
+    lowered = qb.jit(ridge(0.3 + 0.1 * np.random.default_rng().uniform())).lower(*args)
+    compiled = lowered.compile()
+    (source,) = sources(lowered.graph, threads.count())
+    assert [free for *_, free in translations] == [True]
+    assert cache.read_object(cache.entry_key(source)) is not None
+    address = compiled.executable.address
+    first = [np.asarray(x) for x in compiled(*args)]
+    optimised()
+    assert compiled.executable.address == address
+    expected = evaluate(lowered.graph, [np.asarray(a) for a in args])
+    for ours, theirs in zip(first, expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+
+
 def test_the_optimisation_waits_unless_hurried(monkeypatch):
     """The thread that optimises an edit's parts waits before it starts (``OPTIMISE_AFTER``:
     its Python would take the GIL from the edit's first call), unless ``optimised`` hurries it,

@@ -456,8 +456,9 @@ _hurry = threading.Event()  # set while ``optimised`` waits for them
 def _tiered(graph, parts, missing, constants, buffers, sources, phases):
     """The executable of an edit with its ``missing`` parts (``(key, source)`` pairs) from
     the quick pipeline, their optimisation started; None where a missing part is not
-    translated here or has a sum the pipelines would vectorise differently (``free``): it
-    is compiled as before."""
+    translated here: it is compiled as before. A quick part (workload.py) is compiled by the
+    bare pipeline as it stays, and a part with a sum the pipelines would vectorise
+    differently (``free``) by its own pipeline at once: its bits are that pipeline's."""
     for key, source in parts:
         cache.write_source(key, source)  # a planted or corrupted source never stays
     translated, quick = {}, {}
@@ -468,17 +469,16 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
                 text, name, own, free = direct.translation(key, source)
         except direct.Unsupported:
             return None
-        if free and not own:  # its sums' bits would change with the swap
-            return None
-        translated[key] = text, name, own
-        # LLVM compiles it on a thread while the next part is translated: a quick part
-        # (``own``) as it stays, the others by the quick pipeline until optimised
-        quick[key] = direct.DirectEntry(text, name, machine.BARE if own else machine.QUICK)
+        final = own or free  # compiled as it stays
+        translated[key] = text, name, final
+        # LLVM compiles it on a thread while the next part is translated
+        pipeline = machine.BARE if own else machine.OPTIMISED if free else machine.QUICK
+        quick[key] = direct.DirectEntry(text, name, pipeline)
     linked = []
     for key, _ in parts:
         if key in quick:
             code, externals = quick[key].result()
-            if translated[key][2]:  # a quick part: its bare code is the part as it stays
+            if translated[key][2]:  # its code is the part as it stays
                 cache.write_object(key, code, quick[key].native_name, externals)
             linked.append(_linkable(code, quick[key].native_name, externals))
         else:

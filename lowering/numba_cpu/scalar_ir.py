@@ -278,8 +278,9 @@ def _log_function(module):
 
 def _log1p_function(module):
     """The float64 ``log1p`` of ``module`` for x > -1 (defined on first use), fdlibm's
-    (within 2.1 ulp measured, at arguments in (0.41, 0.5]): u = 1 + x reduced as log's, f taken as x itself where u is in [sqrt(2)/2,
-    sqrt(2)) (k = 0), else the rounding of u corrected by (x - (u - 1)) / u; inf for inf."""
+    (within 2.1 ulp measured, at arguments in (0.41, 0.5]): u = 1 + x reduced as log's, f
+    taken as x itself where u is in [sqrt(2)/2, sqrt(2)) (k = 0), else the rounding of u
+    corrected by (x - (u - 1)) / u; inf for inf."""
     if _LOG1P in module.globals:
         return module.globals[_LOG1P]
     fn = _internal(module, _LOG1P)
