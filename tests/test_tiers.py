@@ -234,46 +234,6 @@ def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(pro
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
-def _trained(rate):
-    """Gradient steps in a ``fori_loop``, then the loss with a penalty: another rate shares
-    no part with it."""
-    def train(w, x):
-        def step(i, w):
-            return w - rate * qb.grad(lambda w: qb.sum(qb.tanh(x @ w) ** 2))(w)
-        w = qb.fori_loop(0, 5, step, w)
-        return qb.sum(qb.tanh(x @ w) ** 2) + rate * qb.sum(w * w), w
-    return train
-
-
-@pytest.mark.parametrize("short", [True, False])
-def test_a_short_edit_that_shares_no_part_runs_quick_code_first(short, monkeypatch):
-    """An edit whose parts are all new (another rate in a training loop) but which revises a
-    program compiled before (the same inputs and outputs: ``programs.family``) runs its
-    first call on the quick tier's code when it is short (``workload.TIER_WORK``), then the
-    optimised code with the same bits; a long one is compiled optimised at once."""
-    from lowering.numba_cpu import workload
-
-    if not short:
-        monkeypatch.setattr(workload, "TIER_WORK", 0)
-    rng = np.random.default_rng(6)
-    args = (qb.array(rng.normal(size=(8, 3))), qb.array(rng.normal(size=(16, 8))))
-    qb.jit(_trained(0.01 + 0.01 * np.random.default_rng().uniform()))(*args)  # the original
-    optimised()
-    before = parts_compiled()
-    lowered = qb.jit(_trained(0.03 + 0.01 * np.random.default_rng().uniform())).lower(*args)
-    compiled = lowered.compile()
-    first = [np.asarray(x) for x in compiled(*args)]
-    assert parts_compiled() - before == len(sources(lowered.graph, threads.count()))
-    address = compiled.executable.address
-    optimised()
-    assert (compiled.executable.address != address) == short
-    second = [np.asarray(x) for x in compiled(*args)]
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second))
-    expected = evaluate(lowered.graph, [np.asarray(a) for a in args])
-    for ours, theirs in zip(second, expected):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
-
-
 def test_an_edit_s_part_whose_sums_are_free_is_compiled_optimised_at_once(monkeypatch):
     """A new part with a sum in an array element (``free``: its bits are its pipeline's) is
     compiled by its own pipeline in the edit's tiered path, translated once, stored at once

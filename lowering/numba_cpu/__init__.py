@@ -305,20 +305,16 @@ def _program(graph, light=False):
 
 
 def _prepare(graph, n_threads, program, light=False):
-    """``((keys, sources, constants, buffers, phases), revised)``: ``graph``'s parts,
-    generated (and kept as ``program``; ``light``: a light term's), and whether the program
-    revises one generated before with its inputs and outputs (its ``programs.family``: an
-    edit that shares no part with it) and is short enough (``workload.short``) that its first
-    call may run its parts as the quick tier compiles them."""
+    """``(keys, sources, constants, buffers, phases)`` of ``graph``'s parts, generated (and
+    kept as ``program``); ``light``: a light term's."""
     family = programs.family(graph, n_threads) if program is not None else None
     finished = parts.Finished(programs.load_finished(family) if family else ())
     sources, constants, buffers, phases = module_source(graph, n_threads, finished, light)
     if program is not None:
         programs.store(program, sources, constants, buffers, phases)
-        if finished.used != finished.known:
-            programs.store_finished(family, finished.used)
-    revised = bool(finished.known) and workload.short(e for _, e in finished.used.values())
-    return _keyed(sources, constants, buffers, phases), revised
+        if len(finished.used) > 1 and finished.used != finished.known:  # (an edit of a
+            programs.store_finished(family, finished.used)  # program of one part shares none)
+    return _keyed(sources, constants, buffers, phases)
 
 
 def _keyed(sources, constants, buffers, phases):
@@ -434,8 +430,7 @@ def _linked_entry(graph, parts, buffers, phases):
                            len(phases.rows) if phases else None)
 
 
-# An edit (a program some of whose parts are in the cache, others not; or a short one that
-# revises a program compiled before, its parts all new: ``_prepare``) runs its new parts as
+# An edit (a program some of whose parts are in the cache, others not) runs its new parts as
 # LLVM's quick pipeline compiles them (about a third of the time), while a thread compiles them
 # with their own pipelines, stores those in the cache and swaps them in. Both give the same bits:
 # nothing is compiled with fast-math or contractions but the explicit fused multiply-adds of
@@ -551,7 +546,7 @@ def load_cached(graph):
     for term, light in split:
         n_threads, program = _program(term.graph, light)
         found.append(_kept(term.graph, program)
-                     or _linked(term.graph, _prepare(term.graph, n_threads, program, light)[0]))
+                     or _linked(term.graph, _prepare(term.graph, n_threads, program, light)))
         if found[-1] is None:
             return None
     return _joined(graph, [term for term, _ in split], found)
@@ -580,17 +575,16 @@ def compile_graph(graph, options):
 def _compiled(graph, edit=False, light=False):
     """The executable of one program (``light``: a light term, ``_terms``): kept, or its parts
     generated, then linked from the cache where there, compiled where not: an edit's new
-    parts (those of a program some of whose parts are in the cache, of a short program that
-    revises one compiled before, or any where ``edit``) by the quick tier first."""
+    parts (those of a program some of whose parts are in the cache, or any where ``edit``)
+    by the quick tier first."""
     n_threads, program = _program(graph, light)
     executable = _kept(graph, program)
     if executable is not None:
         return executable
-    (keys, sources, constants, buffers, phases), revised = _prepare(graph, n_threads, program,
-                                                                    light)
+    keys, sources, constants, buffers, phases = _prepare(graph, n_threads, program, light)
     parts = list(zip(keys, sources))
     missing = [(key, source) for key, source in parts if cache.read_object(key) is None]
-    if TIERS and missing and (edit or revised or len(missing) < len(parts)):
+    if TIERS and missing and (edit or len(missing) < len(parts)):
         executable = _tiered(graph, parts, missing, constants, buffers, sources, phases)
         if executable is not None:
             return executable

@@ -1,5 +1,4 @@
-"""Which parts of an entry are quick, compiled by LLVM's bare pipeline (``machine.BARE``), and
-which edits run quick code first.
+"""Which parts of an entry are quick, compiled by LLVM's bare pipeline (``machine.BARE``).
 
 LLVM's optimisation of a part (vectorising its loops, scheduling, allocating registers) is paid
 on every cold call and on every edit that changes the part; it is repaid only by the time the
@@ -15,12 +14,6 @@ a part hands to BLAS or the product kernel (``_gemm``, ``_matmul_*``). Products 
 the program's work but not the part's own: their code is compiled elsewhere, whatever the
 part's pipeline. A part with a loop of unknown length (a ``while`` region) is never quick.
 
-The same estimate says whether an edit that shares no part with the program it revises (the
-same inputs and outputs) may run its first call as LLVM's quick pipeline compiles it, while the
-optimised code is compiled on a thread (numba_cpu/__init__.py): where its parts' own
-statements execute at most ``TIER_WORK`` times per call (``short``), the unvectorised quick
-code costs its first call less than the quick compile saves.
-
 A program cut into terms (lowering/terms.py) is one program for this rule too: a term after
 the main one (a penalty and its gradient added to a loss) whose work is at most ``1 / SHARE``
 of the whole's has every part quick (``light``). Its work is estimated from its graph, before
@@ -34,17 +27,11 @@ from quabla.core.graph import Graph
 
 from .statements import Block, Loop
 
-__all__ = ["SHARE", "PRODUCT_SPEED", "TIER_WORK", "work", "quick_parts", "short",
-           "graph_work", "light"]
+__all__ = ["SHARE", "PRODUCT_SPEED", "work", "quick_parts", "graph_work", "light"]
 
 SHARE = 100
 # a multiply of a product (BLAS, the product kernel) takes about a tenth of a statement's time
 PRODUCT_SPEED = 10
-# The most statements a program's parts may execute per call (products aside: their code is
-# compiled elsewhere) for an edit that shares no part with its original to run its first call
-# as the quick tier compiles it (numba_cpu/__init__.py): the quick code's loops are not
-# vectorised, and a long first call would lose more than the quick compile saves.
-TIER_WORK = 5_000_000
 _PRODUCT = re.compile(r"^_(?:gemm|matmul_float\d+)\(.*?((?:, \d+){3,4}), [01], [01]\)$")
 
 
@@ -83,14 +70,6 @@ def quick_parts(estimates):
     total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
     return [len(estimates) > 1 and known and own * SHARE <= total
             for own, _, known in estimates]
-
-
-def short(estimates):
-    """Whether a program whose parts have these ``work`` estimates runs few enough statements
-    (``TIER_WORK``), every loop's length known, for its first call to run quick code."""
-    estimates = list(estimates)
-    return (all(known for _, _, known in estimates)
-            and sum(own for own, _, _ in estimates) <= TIER_WORK)
 
 
 def graph_work(graph):
