@@ -285,16 +285,20 @@ def test_value_and_grad_oscillator(jax):
     assert float(gc) == pytest.approx(float(ec), rel=1e-11)
 
 
-def _scan_bodies(graph):
-    """The bodies of every scan in ``graph`` and in its regions, outermost first."""
+def _scans(graph):
+    """Every scan node in ``graph`` and in its regions, outermost first."""
     found = []
     for node in graph.nodes:
         if node.op == "scan":
-            found.append(node.kw["body"])
+            found.append(node)
         for value in dict(node.params).values():
             if hasattr(value, "nodes") and hasattr(value, "outputs"):
-                found += _scan_bodies(value)
+                found += _scans(value)
     return found
+
+
+def _scan_bodies(graph):
+    return [node.kw["body"] for node in _scans(graph)]
 
 
 def _soft_loop(p, cost):
@@ -396,14 +400,7 @@ def test_while_loop_grad_raises_with_pointer():
 # -- checkpointing ------------------------------------------------------------------------------
 
 def _nested_scans(graph):
-    lengths = []
-    for node in graph.nodes:
-        if node.op == "scan":
-            lengths.append(node.kw["length"])
-        for value in dict(node.params).values():
-            if hasattr(value, "nodes") and hasattr(value, "outputs"):
-                lengths += _nested_scans(value)
-    return lengths
+    return [node.kw["length"] for node in _scans(graph)]
 
 
 def test_checkpointed_gradients_match_stored(monkeypatch):
