@@ -19,6 +19,7 @@ the warm one, which also times the step), as ``run.py`` does. Nothing asserts on
 """
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -89,11 +90,16 @@ class Quabla:
 
     def edited(self, f):
         """``f``, or in the edit phase ``f`` plus an L2 term on its first argument: the edit a
-        user makes most (another loss term), for edit-and-rerun."""
+        user makes most (another loss term), for edit-and-rerun. It keeps ``f``'s name, as
+        an edit of ``f``'s source does."""
         if not self.edit:
             return f
-        return lambda first, *rest: f(first, *rest) + 1e-4 * sum(
-            self.np.sum(leaf * leaf) for leaf in self.leaves(first))
+
+        @functools.wraps(f)
+        def edited(first, *rest):
+            return f(first, *rest) + 1e-4 * sum(
+                self.np.sum(leaf * leaf) for leaf in self.leaves(first))
+        return edited
 
 
 class Jax:

@@ -82,8 +82,9 @@ def _resolve(graph, device):
 def compile(graph, device=None, options=None):  # noqa: A001 - the package's one verb
     """An ``Executable`` for ``graph`` on ``device``: called with one ndarray per input, it
     returns a sequence of ndarrays, one per output. Its ``run`` attribute is the same call
-    without indirection. ``options`` may hold ``precision`` (jit's ``precision=``) and the
-    ``name``/``function`` a warning names."""
+    without indirection. ``options`` may hold ``precision`` (jit's ``precision=``), the
+    ``name``/``function`` a warning names, and the ``origin`` naming the function as an edit
+    of its source keeps it (quabla.staging.staged.function_origin)."""
     backend, name = _resolve(graph, device)
     backend.check_supported(graph, name)
     return backend.compile(graph, name, options or {})

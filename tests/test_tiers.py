@@ -165,6 +165,59 @@ def test_a_sum_in_memory_or_outside_a_loop_is_not_marked():
     assert not free and "reassoc" not in text
 
 
+def test_a_difference_of_elements_is_no_read_against_the_stores():
+    """A residual's sum beside the store of its gradient (``v0[i] - v1[i]``: a difference of
+    elements, not of indices) is marked, so an edit's part with it runs quick code first; a
+    read at an index that falls as the counter rises (``999 - i``) beside a store is not."""
+    arrays = {"v0": np.ones(1000), "v1": np.ones(1000), "r0": np.zeros(1000)}
+    residual = """
+        s = 0.0
+        i0 = 0
+        while i0 < 1000:
+            d = v0[i0] - v1[i0]
+            s = _sum_add(s, d * d)
+            r0[i0] = 2.0 * d
+            i0 += 1
+        r0[0] = s
+        """
+    text, _, _, free = _translated(residual, arrays)
+    assert not free and direct.sums_marked(text)
+    text, _, _, free = _translated(residual.replace("v1[i0]", "v1[999 - i0]"), arrays)
+    assert free and not direct.sums_marked(text)
+
+
+def test_a_part_without_a_marked_sum_has_the_same_bits_from_the_bare_pipeline():
+    """An edit's new part without a marked sum runs bare code first (numba_cpu/__init__.py:
+    ``_tiered``): elementwise loops, row maxima and transcendental functions that the
+    optimised pipeline vectorises give the bits the bare pipeline's scalar loops give."""
+    rng = np.random.default_rng(8)
+    arrays = {"v0": rng.normal(size=999) * 3.0, "r0": np.zeros(999), "r1": np.zeros(3)}
+    text, entry, _, free = _translated("""
+        i0 = 0
+        while i0 < 999:
+            x = v0[i0]
+            r0[i0] = _where(x > 0.0, math.log1p(x * x), _exp(x) * math.sin(x)) / (1.5 + abs(x))
+            i0 += 1
+        i0 = 0
+        while i0 < 3:
+            m = -math.inf
+            i1 = 0
+            while i1 < 333:
+                m = _max(m, r0[333 * i0 + i1])
+                i1 += 1
+            r1[i0] = m
+            i0 += 1
+        """, arrays)
+    assert not free and not direct.sums_marked(text)
+    bare, optimised_ = (_run(text, entry, pipeline, list(arrays.values()))[1:]
+                        for pipeline in (machine.BARE, machine.OPTIMISED))
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(bare, optimised_))
+    x = arrays["v0"]
+    expected = np.where(x > 0, np.log1p(x * x), np.exp(x) * np.sin(x)) / (1.5 + np.abs(x))
+    np.testing.assert_allclose(bare[0], expected, rtol=1e-14, atol=1e-300)
+    np.testing.assert_array_equal(bare[1], expected.reshape(3, 333).max(axis=1))
+
+
 def _per_example(rng):
     w = qb.array(rng.normal(size=(40, 30)) / 6)
     x = qb.array(rng.normal(size=(16, 40)))
@@ -234,22 +287,141 @@ def test_an_edit_runs_quick_parts_then_the_optimised_ones_with_the_same_bits(pro
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
-def test_an_edit_s_part_whose_sums_are_free_is_compiled_optimised_at_once(monkeypatch):
-    """A new part with a sum in an array element (``free``: its bits are its pipeline's) is
-    compiled by its own pipeline in the edit's tiered path, translated once, stored at once
-    and never swapped (a ridge gradient's ``x.T @ r``: one part, all new)."""
-    def ridge(rate):
-        return qb.value_and_grad(lambda w, x, y: qb.sum((x @ w - y) ** 2) + rate * qb.sum(w * w))
+def _trained(rate):
+    """Gradient steps in a ``fori_loop``, then the loss with a penalty: another rate shares
+    no part with it."""
+    def train(w, x):
+        def step(i, w):
+            return w - rate * qb.grad(lambda w: qb.sum(qb.tanh(x @ w) ** 2))(w)
+        w = qb.fori_loop(0, 5, step, w)
+        return qb.sum(qb.tanh(x @ w) ** 2) + rate * qb.sum(w * w), w
+    return train
 
-    rng = np.random.default_rng(7)
-    args = tuple(qb.array(rng.normal(size=s)) for s in ((8,), (40, 8), (40,)))
-    qb.jit(ridge(0.1 + 0.1 * np.random.default_rng().uniform()))(*args)  # the original
+
+@pytest.mark.parametrize("case", ["short", "long", "another function"])
+def test_a_short_revision_of_a_function_runs_quick_code_first(case, monkeypatch):
+    """A program whose parts are all new (another rate in a training loop) but which revises
+    the program compiled before for the same function (``programs.revises``: its name, as an
+    edit of its source keeps it) runs its first call on the quick tier's code when it is
+    short (``workload.TIER_WORK``), then the optimised code with the same bits. A long one,
+    or one compiled for another function, is compiled optimised at once."""
+    from lowering.numba_cpu import workload
+
+    if case == "long":
+        monkeypatch.setattr(workload, "TIER_WORK", 0)
+    rng = np.random.default_rng(6)
+    args = (qb.array(rng.normal(size=(8, 3))), qb.array(rng.normal(size=(16, 8))))
+    qb.jit(_trained(0.01 + 0.01 * np.random.default_rng().uniform()))(*args)  # the original
+    optimised()
+    before = parts_compiled()
+    train = _trained(0.03 + 0.01 * np.random.default_rng().uniform())
+    if case == "another function":
+        train = (lambda train: lambda w, x: train(w, x))(train)  # noqa: E731
+    lowered = qb.jit(train).lower(*args)
+    compiled = lowered.compile()
+    first = [np.asarray(x) for x in compiled(*args)]
+    assert parts_compiled() - before == len(sources(lowered.graph, threads.count()))
+    address = compiled.executable.address
+    optimised()
+    assert (compiled.executable.address != address) == (case == "short")
+    second = [np.asarray(x) for x in compiled(*args)]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second))
+    expected = evaluate(lowered.graph, [np.asarray(a) for a in args])
+    for ours, theirs in zip(second, expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+
+
+def _scaled(rate):
+    """An elementwise program (no sum): another rate is a revision that shares no part."""
+    def scaled(x):
+        return qb.exp(qb.sin(x) * rate) / (1.0 + x * x)
+    return scaled
+
+
+@pytest.mark.parametrize("light", [True, False])
+def test_a_revision_without_a_marked_sum_runs_bare_code_first(light, monkeypatch):
+    """A new part without a marked sum, in a program of few statements
+    (``workload.BARE_WORK``), runs the bare pipeline's code first, then the optimised code
+    with the same bits; in a longer program, the quick pipeline's."""
+    from lowering.numba_cpu import workload
+
+    if not light:
+        monkeypatch.setattr(workload, "BARE_WORK", 0)
+    x = qb.array(np.random.default_rng(9).normal(size=2000) * 3.0)
+    qb.jit(_scaled(0.5 + 0.1 * np.random.default_rng().uniform()))(x)  # the original
+    optimised()
+    pipelines = []
+    entry = direct.DirectEntry
+
+    class Recorded(entry):
+        def __init__(self, text, name, pipeline=machine.OPTIMISED):
+            pipelines.append(pipeline)
+            super().__init__(text, name, pipeline)
+
+    monkeypatch.setattr(direct, "DirectEntry", Recorded)
+    compiled = qb.jit(_scaled(0.7 + 0.1 * np.random.default_rng().uniform())).lower(x).compile()
+    first = np.asarray(compiled(x))
+    address = compiled.executable.address
+    optimised()
+    assert pipelines == [machine.BARE if light else machine.QUICK, machine.OPTIMISED]
+    assert compiled.executable.address != address, "the optimised part was not swapped in"
+    assert np.asarray(compiled(x)).tobytes() == first.tobytes()
+
+
+def test_a_function_is_named_by_its_source_and_its_transforms():
+    """``function_origin``, which jit passes to the compile path: a function keeps its name
+    through the transforms' wrappers and through ``functools.wraps``, as an edit of its source
+    keeps it; another transform around it, another function of the same name elsewhere, or a
+    lambda on another line is another name, and a callable without code has none."""
+    import functools
+
+    from quabla.staging.staged import function_origin
+
+    def loss(w):
+        return qb.sum(w * w)
+
+    @functools.wraps(loss)
+    def edited(w):
+        return loss(w) + qb.sum(w)
+
+    assert function_origin(qb.value_and_grad(loss)) == function_origin(
+        qb.value_and_grad(edited)) is not None
+    assert function_origin(qb.value_and_grad(loss)) != function_origin(qb.grad(loss))
+    assert function_origin(loss) != function_origin(qb.vmap(loss))
+    first = lambda w: w  # noqa: E731
+    second = lambda w: w  # noqa: E731
+    assert function_origin(first) != function_origin(second)
+    assert function_origin(loss) != function_origin(_trained(0.1))
+    assert function_origin(functools.partial(loss)) is None
+    assert qb.jit(qb.grad(loss)).lower_options["origin"] == function_origin(qb.grad(loss))
+
+
+def _cox(rate):
+    """A Cox partial likelihood with a penalty of weight ``rate``: its gradient's sum reads a
+    reversed cumulative sum beside a store, which LLVM's cost model vectorises (``free``)."""
+    event = qb.array((np.random.default_rng(31).uniform(size=40) < 0.7).astype(float))
+
+    def nll(eta):
+        risk = qb.cumsum(qb.exp(eta)[::-1])[::-1]
+        return -qb.sum(event * (eta - qb.log(risk))) + rate * qb.sum(eta * eta)
+    return qb.value_and_grad(nll)
+
+
+def test_an_edit_s_part_whose_sums_are_free_is_compiled_optimised_at_once(monkeypatch):
+    """A new part with a sum LLVM's cost model vectorises (``free``: its bits are its
+    pipeline's) is compiled by its own pipeline in the edit's tiered path, translated once,
+    stored at once and never swapped (a Cox likelihood with another penalty weight: one
+    part, all new, revising the program compiled before for the same function)."""
+    monkeypatch.setattr(terms, "SPLIT_NODES", 10**9)
+    args = (qb.array(np.random.default_rng(7).normal(size=40)),)
+    qb.jit(_cox(0.1 + 0.1 * np.random.default_rng().uniform()))(*args)  # the original
     optimised()
     translations = []
     translation = direct.translation
     monkeypatch.setattr(direct, "translation", lambda *a: translations.append(
         translation(*a)) or translations[-1])
-    lowered = qb.jit(ridge(0.3 + 0.1 * np.random.default_rng().uniform())).lower(*args)
+    monkeypatch.setattr(direct, "compile_entry", None)  # (the cold path's: not taken)
+    lowered = qb.jit(_cox(0.3 + 0.1 * np.random.default_rng().uniform())).lower(*args)
     compiled = lowered.compile()
     (source,) = sources(lowered.graph, threads.count())
     assert [free for *_, free in translations] == [True]

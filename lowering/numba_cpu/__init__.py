@@ -305,8 +305,9 @@ def _program(graph, light=False):
 
 
 def _prepare(graph, n_threads, program, light=False):
-    """``(keys, sources, constants, buffers, phases)`` of ``graph``'s parts, generated (and
-    kept as ``program``); ``light``: a light term's."""
+    """``((keys, sources, constants, buffers, phases), estimates)``: ``graph``'s parts,
+    generated (and kept as ``program``; ``light``: a light term's), and their work estimates
+    (workload.py: how many statements they run decides which pipeline an edit runs first)."""
     family = programs.family(graph, n_threads) if program is not None else None
     finished = parts.Finished(programs.load_finished(family) if family else ())
     sources, constants, buffers, phases = module_source(graph, n_threads, finished, light)
@@ -314,7 +315,8 @@ def _prepare(graph, n_threads, program, light=False):
         programs.store(program, sources, constants, buffers, phases)
         if len(finished.used) > 1 and finished.used != finished.known:  # (an edit of a
             programs.store_finished(family, finished.used)  # program of one part shares none)
-    return _keyed(sources, constants, buffers, phases)
+    estimates = [estimate for _, estimate in finished.used.values()]
+    return _keyed(sources, constants, buffers, phases), estimates
 
 
 def _keyed(sources, constants, buffers, phases):
@@ -448,12 +450,14 @@ _optimising = []  # the threads optimising parts now
 _hurry = threading.Event()  # set while ``optimised`` waits for them
 
 
-def _tiered(graph, parts, missing, constants, buffers, sources, phases):
+def _tiered(graph, parts, missing, constants, buffers, sources, phases, bare=False):
     """The executable of an edit with its ``missing`` parts (``(key, source)`` pairs) from
-    the quick pipeline, their optimisation started; None where a missing part is not
-    translated here: it is compiled as before. A quick part (workload.py) is compiled by the
-    bare pipeline as it stays, and a part with a sum the pipelines would vectorise
-    differently (``free``) by its own pipeline at once: its bits are that pipeline's."""
+    the quick pipeline (the bare one where no sum is marked, ``direct.sums_marked``, and the
+    program runs few statements: ``bare``), their optimisation started; None where a missing
+    part is not translated here: it is compiled as before. A quick part (workload.py) is
+    compiled by the bare pipeline as it stays, and a part with a sum the pipelines would
+    vectorise differently (``free``) by its own pipeline at once: its bits are that
+    pipeline's."""
     for key, source in parts:
         cache.write_source(key, source)  # a planted or corrupted source never stays
     translated, quick = {}, {}
@@ -466,8 +470,10 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases):
             return None
         final = own or free  # compiled as it stays
         translated[key] = text, name, final
-        # LLVM compiles it on a thread while the next part is translated
-        pipeline = machine.BARE if own else machine.OPTIMISED if free else machine.QUICK
+        # LLVM compiles it on a thread while the next part is translated: a part without a
+        # marked sum, where ``bare``, by the bare pipeline (the same bits, a third of the time)
+        pipeline = (machine.BARE if own else machine.OPTIMISED if free else
+                    machine.BARE if bare and not direct.sums_marked(text) else machine.QUICK)
         quick[key] = direct.DirectEntry(text, name, pipeline)
     linked = []
     for key, _ in parts:
@@ -546,7 +552,7 @@ def load_cached(graph):
     for term, light in split:
         n_threads, program = _program(term.graph, light)
         found.append(_kept(term.graph, program)
-                     or _linked(term.graph, _prepare(term.graph, n_threads, program, light)))
+                     or _linked(term.graph, _prepare(term.graph, n_threads, program, light)[0]))
         if found[-1] is None:
             return None
     return _joined(graph, [term for term, _ in split], found)
@@ -566,35 +572,42 @@ def compile_graph(graph, options):
     optimised()  # an edit's parts still being optimised: in the cache before it is looked at
     split = _terms(graph)
     before = _COMPILED.count
-    found = [_compiled(split[0][0].graph)]
-    edit = _COMPILED.count == before  # the main term was in the cache: the rest is an edit
-    found += [_compiled(term.graph, edit, light) for term, light in split[1:]]
+    main, revised = _compiled(split[0][0].graph, origin=programs.origin(options.get("origin")))
+    # the main term was in the cache, or revises the function's last one: the rest is an edit
+    edit = revised or _COMPILED.count == before
+    found = [main] + [_compiled(term.graph, edit, light)[0] for term, light in split[1:]]
     return _joined(graph, [term for term, _ in split], found)
 
 
-def _compiled(graph, edit=False, light=False):
-    """The executable of one program (``light``: a light term, ``_terms``): kept, or its parts
-    generated, then linked from the cache where there, compiled where not: an edit's new
-    parts (those of a program some of whose parts are in the cache, or any where ``edit``)
-    by the quick tier first."""
+def _compiled(graph, edit=False, light=False, origin=None):
+    """``(executable, revised)`` of one program (``light``: a light term, ``_terms``): kept,
+    or its parts generated, then linked from the cache where there, compiled where not. An
+    edit's new parts (those of a program some of whose parts are in the cache, any where
+    ``edit``, or those of a short program that revises the last one compiled for its function,
+    ``origin``: ``programs.revises``) run quick code first."""
     n_threads, program = _program(graph, light)
     executable = _kept(graph, program)
     if executable is not None:
-        return executable
-    keys, sources, constants, buffers, phases = _prepare(graph, n_threads, program, light)
+        return executable, False
+    (keys, sources, constants, buffers, phases), estimates = _prepare(graph, n_threads,
+                                                                      program, light)
+    revised = programs.revises(origin, program)
     parts = list(zip(keys, sources))
     missing = [(key, source) for key, source in parts if cache.read_object(key) is None]
-    if TIERS and missing and (edit or len(missing) < len(parts)):
-        executable = _tiered(graph, parts, missing, constants, buffers, sources, phases)
+    if TIERS and missing and (edit or len(missing) < len(parts)
+                              or (revised and workload.short(estimates))):
+        executable = _tiered(graph, parts, missing, constants, buffers, sources, phases,
+                             workload.short(estimates, workload.BARE_WORK))
         if executable is not None:
-            return executable
+            return executable, revised
     with _IN_FLIGHT:
         _compile_in_parallel(missing)
     try:
-        return _executable(graph, load_or_compile(parts), constants, buffers, sources, phases)
+        linked = load_or_compile(parts)
+        return _executable(graph, linked, constants, buffers, sources, phases), revised
     except native.LoadError:  # a cached object without its entry (tampered): compiled again
         return _executable(graph, load_or_compile(parts, cached=False), constants, buffers,
-                           sources, phases)
+                           sources, phases), revised
 
 
 # Missing parts worth compiling processes of their own (two: with three or fewer parts, the

@@ -25,7 +25,8 @@ from . import kernel_calls, machine
 from . import scalar_ir as sir
 from .codegen import KERNELS
 
-__all__ = ["Unsupported", "DirectEntry", "translate", "translation", "compile_entry"]
+__all__ = ["Unsupported", "DirectEntry", "translate", "translation", "compile_entry",
+           "sums_marked"]
 
 
 class Unsupported(Exception):
@@ -886,14 +887,16 @@ def _reads_against_stores(loop):
     index that falls as its counter rises (``999 - i``, a reversed read) or strides with it
     (``200 * i + j``, a transposed read): LLVM cannot tell such a read apart from the stores
     when both are in the one scratch array, so it leaves a marked loop unvectorised, and
-    warns."""
+    warns. A difference of elements (``a[i] - b[i]``) reads no index against the counter."""
     test = loop.test
     if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)):
         return False
     counter = test.left.id
 
-    def names_counter(node):
-        return any(isinstance(n, ast.Name) and n.id == counter for n in _walk(node))
+    def names_counter(node):  # an index's arithmetic on the counter, not an element's value
+        nodes = list(_walk(node))
+        return any(isinstance(n, ast.Name) and n.id == counter for n in nodes) and not any(
+            isinstance(n, (ast.Subscript, ast.Call)) for n in nodes)
 
     def strided(node):  # ``k * counter`` with k other than 1
         return isinstance(node.op, ast.Mult) and any(
@@ -942,6 +945,13 @@ def _sum_loops(text, widths):
     return "\n".join(lines + definitions) + "\n"
 
 
+def sums_marked(text):
+    """Whether the translated module ``text`` has a sum loop marked to be vectorised
+    (``_sum_loops``): only such a loop's bits need a pipeline that vectorises it, as the quick
+    and the optimised ones do; a part without one has the same bits from the bare pipeline."""
+    return "llvm.loop.vectorize.width" in text
+
+
 class DirectEntry:
     """A part translated here: its module parsed, run through LLVM's ``pipeline`` and compiled
     on a thread (``machine.ObjectCode``); the same interface as ``target.Entry``."""
@@ -972,3 +982,4 @@ def compile_entry(key, source):
     pipeline), or ``Unsupported``."""
     text, name, quick, _ = translation(key, source)
     return DirectEntry(text, name, machine.BARE if quick else machine.OPTIMISED)
+

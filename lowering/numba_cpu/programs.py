@@ -30,7 +30,7 @@ from . import codegen  # noqa: F401  (loaded first: its modules' settings key a 
 from .threads import Phases
 
 __all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode",
-           "load", "store", "family", "load_finished", "store_finished"]
+           "load", "store", "family", "load_finished", "store_finished", "origin", "revises"]
 
 # Whether generated programs are kept (a test that watches the generator at work turns it off)
 KEEP = True
@@ -144,6 +144,25 @@ def load_finished(family):
 def store_finished(family, finished):
     """Keep ``finished`` (``{key: (lines, work estimate)}``) as ``family``."""
     cache.write_object(family, json.dumps(finished).encode(), f"quabla_finished_{family}", [])
+
+
+def origin(name):
+    """The cache key under which the program last compiled for the function ``name``d is
+    recorded (jit's ``origin`` option: quabla.staging.staged.function_origin), or None."""
+    return cache.entry_key(f"# origin {name}") if isinstance(name, str) else None
+
+
+def revises(origin, program):
+    """Whether ``program`` (a ``key``) revises another one compiled for the function that
+    ``origin`` names; ``program`` is recorded as its latest. A record only chooses which
+    pipeline compiles first (the bits are the same: numba_cpu/__init__.py's tiers)."""
+    if origin is None or program is None:
+        return False
+    stored = cache.read_object(origin)
+    last = stored[0] if stored is not None else None
+    if last != program.encode():
+        cache.write_object(origin, program.encode(), f"quabla_origin_{origin}", [])
+    return last is not None and last != program.encode()
 
 
 def encode(sources, constants, buffers, phases):

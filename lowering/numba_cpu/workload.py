@@ -1,4 +1,5 @@
-"""Which parts of an entry are quick, compiled by LLVM's bare pipeline (``machine.BARE``).
+"""Which parts of an entry are quick, compiled by LLVM's bare pipeline (``machine.BARE``), and
+which revisions of a function run quick code first.
 
 LLVM's optimisation of a part (vectorising its loops, scheduling, allocating registers) is paid
 on every cold call and on every edit that changes the part; it is repaid only by the time the
@@ -18,6 +19,14 @@ A program cut into terms (lowering/terms.py) is one program for this rule too: a
 the main one (a penalty and its gradient added to a loss) whose work is at most ``1 / SHARE``
 of the whole's has every part quick (``light``). Its work is estimated from its graph, before
 any code is generated, as the main term of an edit is not.
+
+The same estimate says whether a program that revises one compiled before for the same function
+(programs.py: ``revises``), its parts all new, may run its first call as LLVM's quick pipeline
+compiles it while the optimised code is compiled on a thread (numba_cpu/__init__.py): where its
+parts' own statements execute at most ``TIER_WORK`` times per call (``short``), the quick code's
+unvectorised loops cost its first call less than the quick compile saves. Where they execute at
+most ``BARE_WORK``, an edit's new part without a marked sum runs the bare pipeline's code first
+(the same bits; a third of the quick compile).
 """
 
 import math
@@ -27,11 +36,22 @@ from quabla.core.graph import Graph
 
 from .statements import Block, Loop
 
-__all__ = ["SHARE", "PRODUCT_SPEED", "work", "quick_parts", "graph_work", "light"]
+__all__ = ["SHARE", "PRODUCT_SPEED", "TIER_WORK", "BARE_WORK", "work", "quick_parts", "short",
+           "graph_work", "light"]
 
 SHARE = 100
 # a multiply of a product (BLAS, the product kernel) takes about a tenth of a statement's time
 PRODUCT_SPEED = 10
+# The most statements a revision's parts may execute per call (products aside: their code is
+# compiled elsewhere) for its first call to run quick code (``short``): at a few nanoseconds a
+# statement more than the optimised code's, 5 million cost less than the ~100 ms the quick
+# compile saves on a part of a few hundred lines.
+TIER_WORK = 5_000_000
+# The most statements a program's parts may execute per call for an edit's new parts without a
+# marked sum (direct.py: ``sums_marked``) to run bare code first, not the quick pipeline's: its
+# compile takes a third of the time, its unoptimised loops a few nanoseconds a statement more
+# (per-example gradients, 33 million statements, lost in their first call what they saved).
+BARE_WORK = 500_000
 _PRODUCT = re.compile(r"^_(?:gemm|matmul_float\d+)\(.*?((?:, \d+){3,4}), [01], [01]\)$")
 
 
@@ -70,6 +90,15 @@ def quick_parts(estimates):
     total = sum(own + products // PRODUCT_SPEED for own, products, _ in estimates)
     return [len(estimates) > 1 and known and own * SHARE <= total
             for own, _, known in estimates]
+
+
+def short(estimates, most=None):
+    """Whether a program whose parts have these ``work`` estimates runs at most ``most``
+    statements (default ``TIER_WORK``), every loop's length known: few enough for its first
+    call to run quick code."""
+    estimates = list(estimates)
+    return (all(known for _, _, known in estimates)
+            and sum(own for own, _, _ in estimates) <= (TIER_WORK if most is None else most))
 
 
 def graph_work(graph):

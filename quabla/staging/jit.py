@@ -15,7 +15,8 @@ from ..core.rewrite import simplify
 from ..errors import TracerError
 from .aot import Program
 from .signature import Aval, Printed, ShapeDtype, Static, signature_leaves
-from .staged import Staged, check_compile_mode, check_max_traces, function_name
+from .staged import (Staged, check_compile_mode, check_max_traces, function_name,
+                     function_origin)
 from .transform import Transform, trace_function
 
 __all__ = ["Jit", "Jitted", "Compiler"]
@@ -50,7 +51,8 @@ class Jitted(Staged):
         super().__init__(inner, Jit(), max_traces, self._device_name,
                          name=f"jit({function_name(fun)})", config=config, root=fun)
         self.compile_mode = compile_mode
-        self.lower_options = {"precision": precision, "name": self.name, "function": fun}
+        self.lower_options = {"precision": precision, "name": self.name, "function": fun,
+                              "origin": function_origin(fun)}
         self.__wrapped__ = fun
         functools.update_wrapper(self, fun, updated=())
 

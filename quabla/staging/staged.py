@@ -32,8 +32,8 @@ from .aot import CallSignature, Lowered
 from .signature import (BadLeaf, Count, ShapeDtype, classify_leaves, signature_text,
                         template_of)
 
-__all__ = ["Staged", "function_name", "check_compile_mode", "check_max_traces", "regrouped",
-           "logger"]
+__all__ = ["Staged", "function_name", "function_origin", "check_compile_mode",
+           "check_max_traces", "regrouped", "logger"]
 
 logger = logging.getLogger("quabla")
 if os.environ.get("QUABLA_LOG_COMPILES") and not logger.handlers:
@@ -483,6 +483,25 @@ def check_max_traces(value):
     if value < 1:
         raise ValueError(f"max_traces must be a positive int, got {value}")
     return int(value)
+
+
+def function_origin(fun):
+    """A text naming ``fun`` as an edit of its source keeps it, or None where it has no code:
+    the staged name (``value_and_grad(loss)``: the transforms) and the file and qualified name
+    of the user's function beneath the wrappers (``__wrapped__``; a lambda's line too). The
+    compile path takes a new program of the same origin for an edit (lowering/numba_cpu)."""
+    level = fun
+    for _ in range(64):  # (a chain of wrappers that loops ends here)
+        inner = getattr(level, "__wrapped__", None)
+        if inner is None:
+            break
+        level = inner
+    code = getattr(level, "__code__", None)
+    qualname = getattr(level, "__qualname__", None)
+    if code is None or not isinstance(qualname, str):
+        return None
+    line = f":{code.co_firstlineno}" if level.__name__ == "<lambda>" else ""
+    return f"{function_name(fun)} {code.co_filename}:{qualname}{line}"
 
 
 def function_name(fun):
