@@ -368,6 +368,45 @@ def test_a_revision_without_a_marked_sum_runs_bare_code_first(light, monkeypatch
     assert np.asarray(compiled(x)).tobytes() == first.tobytes()
 
 
+def test_another_thread_waits_for_an_optimisation_as_it_starts(monkeypatch):
+    """A thread that waits for the optimisations (``optimised``: every compile does first)
+    while an edit's optimising thread is being started finds it started: jit's threads
+    compiling revisions of one function at once raised "cannot join thread before it is
+    started". Here another thread waits at the moment of the start (for at most half a
+    second: the start holds the list of optimising threads meanwhile)."""
+    import threading
+
+    import lowering.numba_cpu as cpu
+
+    errors = []
+
+    def wait():
+        try:
+            optimised(timeout=300)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread
+
+    class Started(thread):
+        def start(self):
+            if self.name == cpu.OPTIMISING:
+                waiter = thread(target=wait)
+                waiter.start()
+                waiter.join(0.5)
+            super().start()
+
+    monkeypatch.setattr(cpu.threading, "Thread", Started)
+    x = qb.array(np.random.default_rng(10).normal(size=500))
+    qb.jit(_scaled(0.5 + 0.1 * np.random.default_rng().uniform()))(x)
+    optimised()
+    compiled = qb.jit(_scaled(0.7 + 0.1 * np.random.default_rng().uniform())).lower(x).compile()
+    first = np.asarray(compiled(x))
+    optimised(timeout=300)
+    assert not errors, errors
+    assert np.asarray(compiled(x)).tobytes() == first.tobytes()
+
+
 def test_a_function_is_named_by_its_source_and_its_transforms():
     """``function_origin``, which jit passes to the compile path: a function keeps its name
     through the transforms' wrappers and through ``functools.wraps``, as an edit of its source
