@@ -407,6 +407,43 @@ def test_another_thread_waits_for_an_optimisation_as_it_starts(monkeypatch):
     assert np.asarray(compiled(x)).tobytes() == first.tobytes()
 
 
+def _addresses(executable):
+    """Where the machine code of ``executable`` (or of each of its terms) is."""
+    if isinstance(executable, TermsExecutable):
+        return tuple(e.address for e in executable.executables)
+    return (executable.address,)
+
+
+def test_every_primitive_s_program_runs_first_and_optimised_with_the_same_bits(monkeypatch,
+                                                                               tmp_path):
+    """The first rule-test case of each primitive with its gradient (device_cases), in an
+    empty cache, each compiled as a revision of the one before (one origin for all): its
+    first call runs the quick or the bare pipeline's code, its next the optimised code
+    swapped in. Both calls give the same bits and the interpreter's results."""
+    import device_cases
+    from lowering.numba_cpu import compile_graph
+
+    from quabla.core.expand import expand
+
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))  # nothing compiled yet
+    monkeypatch.setattr(cache, "_DIRS", None)
+    swapped = 0
+    for case in device_cases.first_primitive_cases(np.random.default_rng(12)):
+        graph = expand(qb.jit(case.fn).lower(*case.args).graph)
+        values = [np.asarray(leaf) for leaf in qb.tree.flatten(case.args)[0]]
+        executable = compile_graph(graph, {"origin": "every primitive's program"})
+        addresses = _addresses(executable)
+        first = executable(*values)
+        optimised(timeout=300)
+        swapped += _addresses(executable) != addresses
+        second = executable(*values)
+        expected = evaluate(graph, values)
+        for a, b, e in zip(first, second, expected):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), case.name
+            np.testing.assert_allclose(np.asarray(b), e, err_msg=case.name, **device_cases.TOL)
+    assert swapped >= 40, f"only {swapped} programs ran quick code first"
+
+
 def test_a_function_is_named_by_its_source_and_its_transforms():
     """``function_origin``, which jit passes to the compile path: a function keeps its name
     through the transforms' wrappers and through ``functools.wraps``, as an edit of its source
