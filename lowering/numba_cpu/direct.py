@@ -982,4 +982,3 @@ def compile_entry(key, source):
     pipeline), or ``Unsupported``."""
     text, name, quick, _ = translation(key, source)
     return DirectEntry(text, name, machine.BARE if quick else machine.OPTIMISED)
-

@@ -147,8 +147,9 @@ def store_finished(family, finished):
 
 
 def origin(name):
-    """The cache key under which the program last compiled for the function ``name``d is
-    recorded (jit's ``origin`` option: quabla.staging.staged.function_origin), or None."""
+    """The cache key of the record of the program last compiled for the function that
+    ``name`` names (jit's ``origin`` option: quabla.staging.staged.function_origin), or None
+    where it names none."""
     return cache.entry_key(f"# origin {name}") if isinstance(name, str) else None
 
 
