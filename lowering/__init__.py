@@ -15,7 +15,7 @@ from quabla.core.primitives import PRIMITIVES
 
 from .backends import BACKENDS, for_device
 
-__all__ = ["compile", "source", "backend_for", "FORCEABLE", "available_devices",
+__all__ = ["compile", "source", "prepare", "backend_for", "FORCEABLE", "available_devices",
            "canonical_device"]
 
 FORCEABLE = ("numba", "interpret")  # what ``QUABLA_BACKEND`` may name
@@ -88,6 +88,18 @@ def compile(graph, device=None, options=None):  # noqa: A001 - the package's one
     backend, name = _resolve(graph, device)
     backend.check_supported(graph, name)
     return backend.compile(graph, name, options or {})
+
+
+def prepare(device=None):
+    """Start, on a thread, what a first ``compile`` for ``device`` will wait for (its back
+    end's ``prepare``: the CPU's loads LLVM), so that it overlaps the tracing of the graph. A
+    device or ``QUABLA_BACKEND`` that ``compile`` would refuse is left to ``compile`` to name."""
+    try:
+        backend = backend_for(device)
+    except (TypeError, ValueError):
+        return
+    if backend is not None:
+        BACKENDS[backend].prepare(canonical_device(device))
 
 
 def source(graph, device=None):

@@ -4,7 +4,9 @@ is one more entry here, not another branch in ``compile``.
 An entry names its back end and gives ``devices()`` (the device names of this installation it
 runs), ``compile(graph, device, options)``, ``source(graph, device)`` (the text it has Numba
 compile, or None) and ``check_supported(graph, device)`` (``UnsupportedOperationError`` for
-the first op it cannot lower, before anything runs). Each imports its back end's package only
+the first op it cannot lower, before anything runs), and may give ``prepare(device)``, which
+starts on a thread what a first compile waits for, called as a jit call begins to trace (the
+CPU's loads LLVM). Each imports its back end's package only
 when called: Numba and MLX cost a fraction of a second to import.
 """
 
@@ -19,6 +21,7 @@ class Backend(NamedTuple):
     compile: Callable          # (graph, device, options) -> Executable
     source: Callable           # (graph, device) -> str | None
     check_supported: Callable  # (graph, device) -> None, or raises
+    prepare: Callable = lambda device: None  # starts what a first compile waits for
 
 
 def _index(device):
@@ -40,6 +43,11 @@ def _cpu_source(graph, device):
 def _cpu_check(graph, device):
     from .numba_cpu.codegen import check_supported
     check_supported(graph, device)
+
+
+def _cpu_prepare(device):
+    from .native import preload_llvm
+    preload_llvm()
 
 
 # -- the NumPy reference interpreter ---------------------------------------------------------
@@ -100,7 +108,8 @@ def _mlx_check(graph, device):
 
 
 BACKENDS = {
-    "numba": Backend("numba", lambda: ["cpu"], _cpu_compile, _cpu_source, _cpu_check),
+    "numba": Backend("numba", lambda: ["cpu"], _cpu_compile, _cpu_source, _cpu_check,
+                     _cpu_prepare),
     "interpret": Backend("interpret", lambda: ["cpu"], _interpret_compile, _nothing, _nothing),
     "cuda": Backend("cuda", _cuda_devices, _cuda_compile, _cuda_source, _cuda_check),
     "mlx": Backend("mlx", _mlx_devices, _mlx_compile, _nothing, _mlx_check),

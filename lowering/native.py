@@ -22,7 +22,7 @@ from . import cache
 from .abi import ARRAY_DATA, TUPLE_ITEMS
 
 __all__ = ["load", "LoadError", "entry_function", "linked_objects", "sequence", "resolver",
-           "resolve", "load_extension"]
+           "resolve", "load_extension", "preload_llvm"]
 
 
 def entry_function(address, hold_gil=False):
@@ -112,6 +112,34 @@ _llvm = None
 _lock = threading.RLock()  # llvmlite releases the GIL; an engine may be freed by the collector
 _linked = weakref.WeakValueDictionary()  # object digest -> the _Linked holding it
 _helpers = None  # Numba's C helpers by symbol
+
+
+_preloads = []  # the thread loading LLVM's library (once a process)
+
+
+def preload_llvm():
+    """Start loading llvmlite's LLVM library on a thread of its own, so that the loader's
+    8-17 ms (a 175 MB library's relocations) overlap the caller's tracing and imports: libc's
+    ``dlopen`` called through ctypes runs without the GIL, where ``import llvmlite.binding``
+    (ctypes.CDLL) holds it. llvmlite's own load then finds the library loaded. A fork waits
+    for it: a child forked amid a load could load no library."""
+    with _lock:
+        if _preloads or os.name != "posix" or "llvmlite.binding" in sys.modules:
+            return
+        spec = importlib.util.find_spec("llvmlite")
+        name = "libllvmlite.dylib" if sys.platform == "darwin" else "libllvmlite.so"
+        path = os.path.join(os.path.dirname(spec.origin), "binding", name) if spec else ""
+        dlopen = getattr(ctypes.CDLL(None), "dlopen", None)
+        if dlopen is None or not os.path.exists(path):
+            return
+        dlopen.argtypes, dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+        thread = threading.Thread(target=dlopen, args=(os.fsencode(path),
+                                                       os.RTLD_NOW | os.RTLD_LOCAL),
+                                  name="quabla-load-llvm", daemon=True)
+        _preloads.append(thread)
+        thread.start()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=thread.join)
 
 
 def _binding():

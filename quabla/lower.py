@@ -5,7 +5,15 @@ the first compile: eager ops never load it (nor Numba)."""
 
 from .core.expand import expand
 
-__all__ = ["compile_graph", "graph_source", "compile_in_background"]
+__all__ = ["compile_graph", "graph_source", "compile_in_background", "prepare"]
+
+
+def prepare(device=None):
+    """``lowering.prepare``: the back end starts what its first compile waits for, on a thread,
+    while the caller traces the graph."""
+    import lowering
+
+    lowering.prepare(device)
 
 
 def compile_graph(graph, device=None, options=None):

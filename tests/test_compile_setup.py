@@ -325,3 +325,70 @@ def test_entries_keep_their_loops_and_kernels_unroll():
     entry, kernel = _optimised(unroll=False), _optimised(unroll=True)
     assert "phi" in entry and entry.count("fadd") == 1  # still a loop
     assert "phi" not in kernel and kernel.count("fadd") == 8  # unrolled: eight adds in a row
+
+
+# A fresh process: LLVM's library loaded by ``lowering.prepare`` on a thread of its own, before
+# anything imports llvmlite's binding; once a process; a fork waits for the load.
+PRELOAD_PROGRAM = textwrap.dedent("""
+    import json, os, sys, threading, time
+    import numpy as np
+    import quabla as qb
+    import lowering
+
+    def loaded():
+        with open("/proc/self/maps") as maps:
+            return any("libllvmlite" in line for line in maps)
+
+    def loaders():
+        return [t for t in threading.enumerate() if t.name == "quabla-load-llvm"]
+
+    report = {"before": loaded()}
+    for device in ("gpu", 3, "cuda:7"):  # compile names these; prepare starts nothing
+        lowering.prepare(device)
+    report["refused"] = len(loaders())
+    lowering.prepare("cpu")
+    started = loaders()
+    lowering.prepare(None)
+    report["started"], report["again"] = len(started), len(loaders())
+    if os.fork() == 0:
+        os._exit(0)
+    report["alive_after_fork"] = any(t.is_alive() for t in started)
+    os.wait()
+    report["loaded"] = loaded()
+    report["binding"] = "llvmlite.binding" in sys.modules
+    x = np.linspace(0.0, 1.0, 5)
+    report["error"] = float(np.max(np.abs(np.asarray(qb.jit(qb.sin)(x)) - np.sin(x))))
+    print(json.dumps(report))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_llvm_is_loaded_on_a_thread_once_and_forks_wait_for_it(tmp_path):
+    env = dict(os.environ, QUABLA_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT)
+    env.pop("QUABLA_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", PRELOAD_PROGRAM], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert not report["before"] and report["refused"] == 0
+    assert report["again"] <= report["started"] <= 1
+    assert not report["alive_after_fork"]
+    assert report["loaded"] and not report["binding"]  # loaded, and not by llvmlite's import
+    assert report["error"] == 0.0
+
+
+def test_a_jit_call_prepares_its_device_before_it_traces(monkeypatch):
+    """A missed signature has its device's back end start loading its compiler (``prepare``)
+    before the function is traced, so the load overlaps the tracing."""
+    import quabla.staging.staged as staged
+
+    events = []
+    monkeypatch.setattr(staged, "prepare", lambda device: events.append(("prepare", device)))
+
+    def f(x):
+        events.append(("trace",))
+        return qb.exp(x) + 1.0
+
+    x = np.linspace(0.0, 1.0, 3)
+    np.testing.assert_allclose(np.asarray(qb.jit(f, device="cpu")(x)), np.exp(x) + 1.0)
+    assert events == [("prepare", "cpu"), ("trace",)]

@@ -24,7 +24,7 @@ from .. import tree
 from ..array import Tensor, adopt
 from ..core.tracing import current_frames
 from ..errors import RetraceWarning, TracerError
-from ..lower import compile_graph, compile_in_background
+from ..lower import compile_graph, compile_in_background, prepare
 from ..memory import collection_paused
 from ..random import Key
 from ..transforms import inline
@@ -274,6 +274,7 @@ class Staged:
             # the first thread spliced its staging into its own trace: stage for this one
         try:
             with collection_paused():
+                prepare(self.device)  # the back end loads its compiler while this traces
                 staged = self._stage(treedef, parts, leaves)
                 if not staged[2]:
                     flight.entry = self._compile(key, treedef, parts, staged)
