@@ -317,3 +317,35 @@ def test_bool_carry_under_vmap(program):
     for k, x in enumerate(xs):
         for g, w in zip(got, _np_bool(program.__name__, x)):
             np.testing.assert_array_equal(g[k], w)
+
+
+def test_a_reverse_pass_makes_moves_of_elements_again_and_stores_costly_values():
+    """The rule table's ``cheap`` decides what a scan's reverse pass stores: a reshape of the
+    carry and a constant's row read by the loop's index are made again from what is stored,
+    the sine's derivative (a cosine) is stored: the forward scan stacks the carry and the
+    cosine, nothing else."""
+    W = np.arange(15.0).reshape(5, 3) / 10
+
+    def f(c0, w):
+        def body(i, c):
+            m = qb.reshape(c, (3, 1))
+            return qb.sin(c) * w[i] + qb.sum(m * m, axis=1)
+        return qb.sum(qb.fori_loop(0, 5, body, c0))
+
+    c0 = np.array([0.1, 0.2, 0.3])
+    graph = _lower(qb.grad(f), c0, W)
+    (forward,) = _forward_scans(graph)
+    stacked = forward.kw["body"].outputs[forward.kw["n_carry"]:]
+    assert [forward.kw["body"].nodes[o].op for o in stacked] == ["input", "cos"]
+    (backward,) = [n for n in _regions(graph, ("scan",)) if n.kw["reverse"]]
+    ops = [n.op for n in backward.kw["body"].nodes]
+    assert "reshape" in ops and "dynamic_index" in ops
+    assert not {"sin", "cos"} & set(ops)
+
+    def f_np(c):
+        for i in range(5):
+            c = np.sin(c) * W[i] + c * c
+        return np.sum(c)
+
+    (grad,) = _run_both(graph, c0, W)
+    np.testing.assert_allclose(grad, _fd(f_np, c0), rtol=1e-6)

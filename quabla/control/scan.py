@@ -201,18 +201,12 @@ def _residuals(graph, n_in, n_variant):
     return sorted(kept)
 
 
-# moves of elements outside the index maps' kind: a reshape, a loop's row read by its index
-_MOVES = ("reshape", "dynamic_index")
-
-
 def _costly(node):
     """Whether a reverse pass stores a forward value of this node rather than computes it
-    again: floating values that are not moves of elements or cheap arithmetic (the rule
-    table's ``cheap``)."""
+    again: floating values that are neither index maps nor cheap (the rule table's ``cheap``:
+    arithmetic, a reshape, a loop's row read by its index)."""
     rule = PRIMITIVES[node.op]
-    moves = rule.kind == "index_map" or node.op in _MOVES
-    cheap = rule.kind == "elementwise" and rule.cheap(node.kw)
-    return node.dtype.is_floating and not (moves or cheap)
+    return node.dtype.is_floating and not (rule.kind == "index_map" or rule.cheap(node.kw))
 
 
 def _needed(body, n, wanted):

@@ -7,7 +7,7 @@ built simply records more nodes: that is what makes the transforms graph-to-grap
 look up their lowering of a primitive by its name (see ``lowering/``).
 """
 
-__all__ = ["Primitive", "PRIMITIVES", "register", "Zero", "is_zero"]
+__all__ = ["Primitive", "PRIMITIVES", "register", "Zero", "is_zero", "always"]
 
 PRIMITIVES = {}
 
@@ -44,8 +44,10 @@ class Primitive:
       ``"index_map"`` (fused as a remapped read of its operands: broadcast, transpose, slice,
       rev, and pad and concatenate, whose reads are guarded), ``"reduction"`` (fused as an accumulation starting from ``identity``),
       ``"region"`` (control flow around sub-graphs), or None (a whole-array operation).
-    - ``cheap(params) -> bool``: an elementwise op worth computing again in a later loop
-      rather than storing (arithmetic and comparisons, not transcendental functions).
+    - ``cheap(params) -> bool``: an op worth computing again rather than storing: elementwise
+      arithmetic and comparisons (not transcendental functions), which a later loop computes
+      again (the schedule), and the moves of elements that are no index maps (a reshape, a
+      loop's row read by its index), which a scan's reverse pass makes again.
     - ``multiple_results``: the shape rule returns a list of avals, ``impl`` a list of arrays,
       and ``jvp``/``vjp``/``batch`` take and return one entry per result (``vjp`` gets a list of
       cotangents). Control-flow regions are such primitives; their params hold sub-``Graph``s.
@@ -97,6 +99,11 @@ class Primitive:
 
 def _never(params):
     return False
+
+
+def always(params):
+    """``cheap`` of an op that is always worth computing again."""
+    return True
 
 
 def register(prim):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ... import dtypes as _dt
 from ... import ops
-from ..primitives import Primitive, Zero, is_zero, register
+from ..primitives import Primitive, Zero, always, is_zero, register
 from ..tracing import bind
 
 
@@ -89,6 +89,7 @@ register(Primitive(
     vjp=lambda ct, primals, out, *, new_shape: [bind("reshape", ct, new_shape=tuple(primals[0].shape))],
     batch=lambda args, batched, size, *, new_shape: (
         bind("reshape", args[0], new_shape=(size,) + tuple(new_shape)), True),
+    cheap=always,
 ))
 
 
@@ -294,7 +295,7 @@ register(Primitive(
     "select", shape_rule=_select_shape, impl=lambda p, x, y: np.where(p, x, y),
     jvp=_select_jvp, vjp=_select_vjp,
     batch=lambda args, batched, size: _elementwise_batch("select", args, batched, size),
-    kind="elementwise", scalar="({x} if {pred} else {y})", cheap=lambda params: True,
+    kind="elementwise", scalar="({x} if {pred} else {y})", cheap=always,
 ))
 
 
@@ -326,7 +327,7 @@ register(Primitive(
     impl=lambda x, *, dtype: x.astype(dtype.numpy),
     jvp=_cast_jvp, vjp=_cast_vjp,
     batch=lambda args, batched, size, *, dtype: (bind("cast", args[0], dtype=dtype), True),
-    kind="elementwise", scalar="_cast_{dtype}({x})", cheap=lambda params: True,
+    kind="elementwise", scalar="_cast_{dtype}({x})", cheap=always,
 ))
 
 
@@ -402,6 +403,7 @@ def _dynamic_index_batch(args, batched, size):
 register(Primitive(
     "dynamic_index", shape_rule=_dynamic_index_shape, impl=_dynamic_index_impl,
     jvp=_dynamic_index_jvp, vjp=_dynamic_index_vjp, batch=_dynamic_index_batch,
+    cheap=always,
 ))
 
 
