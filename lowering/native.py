@@ -279,9 +279,10 @@ def load(object_code, entry, addresses):
 class _Sequence:
     """One MCJIT engine holding the objects of a program's parts and a function calling
     their entries in order (or the one part of a threaded entry's phase that the control row
-    names), compiled from a few lines of LLVM IR that name the parts' entries (``_glue``: from
-    the cache; compiled by the engine where a part linked elsewhere is named by its address).
-    The machine code goes with it."""
+    names). The function calls through a table of addresses in its own data, filled once the
+    engine has linked the parts, so its few lines of LLVM IR name no part: one object for
+    every program of as many parts and phases, compiled once (``_glue``, from the cache), and
+    an edit that changes a part compiles no glue. The machine code goes with it."""
 
     __slots__ = ("engine", "parts", "__weakref__")
 
@@ -289,44 +290,48 @@ class _Sequence:
         llvm = _binding()
         for name, address in addresses.items():
             llvm.add_symbol(name, address)
-        declared, calls = {}, []  # two parts of the same text are one entry, declared once
-        for k, part in enumerate(parts):
-            if len(part) == 3:  # linked here: the entry by name
-                declared[part[1]] = f'declare void @"{part[1]}"(i8*)\n'
-                calls.append(f'  call void @"{part[1]}"(i8* %args)\n')
-            else:
-                calls.append(f"  %f{k} = inttoptr i64 {part[1]} to void (i8*)*\n"
-                             f"  call void %f{k}(i8* %args)\n")
-        if control is None:
-            body = "".join(calls) + "  ret void\n"
-        else:  # ctl[0] of the array args[control] picks the phase
-            last = phases - 1
-            body = (f"  %item = getelementptr i8, i8* %args, i64 {TUPLE_ITEMS + 8 * control}\n"
-                    "  %itemp = bitcast i8* %item to i8**\n"
-                    "  %array = load i8*, i8** %itemp\n"
-                    f"  %field = getelementptr i8, i8* %array, i64 {ARRAY_DATA}\n"
-                    "  %fieldp = bitcast i8* %field to i64**\n"
-                    "  %row = load i64*, i64** %fieldp\n"
-                    "  %phase = load i64, i64* %row\n"
-                    f"  switch i64 %phase, label %p{last} ["
-                    + " ".join(f"i64 {k}, label %p{k}" for k in range(last)) + "]\n"
-                    + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
-                    + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
-        ir = "".join(declared.values()) + f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n"
-        if all(len(part) == 3 for part in parts):  # the same text in every process
-            self.engine = _engine(_glue(ir))
-        else:  # a few calls: LLVM's quick instruction selection (opt=0)
-            target = llvm.Target.from_default_triple().create_target_machine(opt=0)
-            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), target)
-        added = set()
+        self.engine = _engine(_glue(_sequence_ir(len(parts), control, phases)))
+        finalizer = weakref.finalize(self, _close, self.engine)
+        finalizer.atexit = False  # the process's memory goes anyway
+        added = set()  # two parts of the same text are one object, added once
         for part in parts:
             if len(part) == 3 and part[1] not in added:
                 added.add(part[1])
                 self.engine.add_object_file(llvm.ObjectFileRef.from_data(part[0]))
         self.engine.finalize_object()
+        table = (ctypes.c_void_p * len(parts)).from_address(
+            self.engine.get_global_value_address("quabla_parts"))
+        for k, part in enumerate(parts):  # an entry linked here by name, else its address
+            table[k] = self.engine.get_function_address(part[1]) if len(part) == 3 else part[1]
+            if not table[k]:
+                raise LoadError(f"no symbol {part[1]} in the object")
         self.parts = [part[0] for part in parts if len(part) == 2]  # linked elsewhere
-        finalizer = weakref.finalize(self, _close, self.engine)
-        finalizer.atexit = False
+
+
+def _sequence_ir(n, control, phases):
+    """The glue calling ``n`` entries whose addresses are in its table ``quabla_parts``: in
+    order, or (``control``) the phase's part that the control row names, the last of
+    ``phases`` every part from there on."""
+    calls = [f"  %a{k} = getelementptr [{n} x void (i8*)*], [{n} x void (i8*)*]* @quabla_parts, "
+             f"i64 0, i64 {k}\n  %f{k} = load void (i8*)*, void (i8*)** %a{k}\n"
+             f"  call void %f{k}(i8* %args)\n" for k in range(n)]
+    if control is None:
+        body = "".join(calls) + "  ret void\n"
+    else:  # ctl[0] of the array args[control] picks the phase
+        last = phases - 1
+        body = (f"  %item = getelementptr i8, i8* %args, i64 {TUPLE_ITEMS + 8 * control}\n"
+                "  %itemp = bitcast i8* %item to i8**\n"
+                "  %array = load i8*, i8** %itemp\n"
+                f"  %field = getelementptr i8, i8* %array, i64 {ARRAY_DATA}\n"
+                "  %fieldp = bitcast i8* %field to i64**\n"
+                "  %row = load i64*, i64** %fieldp\n"
+                "  %phase = load i64, i64* %row\n"
+                f"  switch i64 %phase, label %p{last} ["
+                + " ".join(f"i64 {k}, label %p{k}" for k in range(last)) + "]\n"
+                + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
+                + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
+    return (f"@quabla_parts = global [{n} x void (i8*)*] zeroinitializer\n"
+            f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n")
 
 
 def sequence(parts, control=None, phases=None):

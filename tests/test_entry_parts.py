@@ -103,6 +103,37 @@ def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts,
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
+def test_programs_of_as_many_parts_share_the_function_calling_them(small_parts, monkeypatch):
+    """The function calling a program's parts in order reads their addresses from a table in
+    its own data (native.py), so its LLVM IR names no part: two programs that differ in a
+    constant (every part's text differs) link with one glue, compiled once, and each gives
+    the interpreter's results."""
+    from lowering import native
+
+    texts = []
+    original = native._glue
+    monkeypatch.setattr(native, "_glue", lambda ir: texts.append(ir) or original(ir))
+    rng = np.random.default_rng(6)
+    ws = [qb.array(rng.normal(size=(6, 6))) for _ in range(3)]
+    x = qb.array(rng.normal(size=(40, 6)))
+    seen = []
+    for factor in (_fresh_factor(), _fresh_factor()):
+        def loss(ws, x):
+            return factor * _mlp_loss(True)(ws, x)
+
+        step = qb.jit(qb.grad(loss))
+        start = len(texts)
+        result = step(ws, x)
+        graph = step.lower(ws, x).graph
+        assert len(module_source(graph)[0]) > 2
+        seen.append([t for t in texts[start:] if "quabla_sequence" in t])
+        expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
+        for ours, theirs in zip(result, expected):
+            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+    assert seen[0] and seen[0] == seen[1]
+    assert not any("declare" in text for text in seen[0])
+
+
 def _penalised(penalty, weight=1e-3):
     """A batch MLP's loss at two sets of points (each weight is used twice), with ``penalty``
     (a term computed from the parameters alone) times ``weight`` added unless None."""
