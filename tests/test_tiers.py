@@ -19,6 +19,17 @@ from lowering.numba_cpu import (TermsExecutable, direct, entry_module, machine, 
 _DTYPES = {"float64": "float64", "float32": "float32"}
 
 
+@pytest.fixture(autouse=True)
+def optimisations_wait_to_be_hurried(monkeypatch):
+    """An edit's optimisation starts only when ``optimised`` hurries it (``OPTIMISE_AFTER``), so
+    a test sees the quick code first however long its lines before take (a collection, or a
+    program generated again, beside a long suite's objects: the optimised code was swapped in
+    before the test looked, in one full run)."""
+    import lowering.numba_cpu as cpu
+
+    monkeypatch.setattr(cpu, "OPTIMISE_AFTER", 3600.0)
+
+
 def _translated(body, arrays):
     header = "".join(f"{name} = _arg(args, {k}, 0, np.{_DTYPES[a.dtype.name]})\n"
                      for k, (name, a) in enumerate(arrays.items()))
