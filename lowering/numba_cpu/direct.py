@@ -868,6 +868,7 @@ def _translated(body, name, mark_sums=True):
 # A sum in an array element or in a loop around others is left to the cost model (``free``:
 # the part's bits are then its pipeline's), as is a sum Numba compiles.
 _SUM_WIDTH = {"f64": 4, "f32": 8}
+_WIDTH_HINT = "llvm.loop.vectorize.width"  # the metadata that marks a sum's loop
 SUM_INTERLEAVE = 4
 _SUM_LOOP = "quabla.sum_loop"  # the placeholder kind, replaced in the module's text
 _FIRST_LOOP_ID = 1 << 20  # metadata numbers far above llvmlite's
@@ -938,7 +939,7 @@ def _sum_loops(text, widths):
             definitions.append(
                 f"!{n} = distinct !{{!{n}, !{n + 1}, !{n + 2}, !{n + 3}}}\n"
                 f"!{n + 1} = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n"
-                f"!{n + 2} = !{{!\"llvm.loop.vectorize.width\", i32 {width}}}\n"
+                f"!{n + 2} = !{{!\"{_WIDTH_HINT}\", i32 {width}}}\n"
                 f"!{n + 3} = !{{!\"llvm.loop.interleave.count\", i32 {SUM_INTERLEAVE}}}")
             line = line[:found.start()] + f", !llvm.loop !{n}"
         lines.append(line)
@@ -949,7 +950,7 @@ def sums_marked(text):
     """Whether the translated module ``text`` has a sum loop marked to be vectorised
     (``_sum_loops``): only such a loop's bits need a pipeline that vectorises it, as the quick
     and the optimised ones do; a part without one has the same bits from the bare pipeline."""
-    return "llvm.loop.vectorize.width" in text
+    return _WIDTH_HINT in text
 
 
 class DirectEntry:
