@@ -182,8 +182,9 @@ def test_eviction_under_a_concurrent_reader(private, monkeypatch, tmp_path):
     reader = _start(READER, private, ready, stop, bound=10**9)
     _wait_for(ready, reader)
     # the program's part, the program (numba_cpu/programs.py), the glue calling its entry
+    # (native.py), the digest of the code generator's files (programs.tree_digest)
     entries = _keys(private)
-    assert len(entries) == 3
+    assert len(entries) == 4
     bound = _size(private) + 3 * (FAKE_CODE + 1024)
     monkeypatch.setenv("QUABLA_CACHE_MAX_BYTES", str(bound))
     for i in range(40):  # each write evicts the least recently used entry, soon the program's
@@ -223,9 +224,10 @@ def test_concurrent_compiles_of_one_program_leave_one_valid_entry(private, tmp_p
     for proc in procs:
         assert float(_finish(proc)[0]) == pytest.approx(np.sum(np.exp(x) * np.cos(x)), rel=1e-13)
     (key,) = {name[:-3] for name in _files(private) if name.endswith(".py")}  # the entry's
-    # what generated it (numba_cpu/programs.py), the glue calling it (native.py)
+    # what generated it (numba_cpu/programs.py), the glue calling it (native.py), the digest
+    # of the code generator's files (programs.tree_digest)
     others = _keys(private) - {key}
-    assert len(others) == 2
+    assert len(others) == 3
     assert _files(private) == {key + ".py", key + ".o", key + ".manifest.json", "qb_lock",
                                "qb_size"} | {o + end for o in others
                                              for end in (".o", ".manifest.json")}

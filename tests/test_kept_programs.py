@@ -152,6 +152,43 @@ def test_the_key_names_graph_threads_settings_and_blas(monkeypatch):
     assert programs.key(graph, 1) is None
 
 
+def test_the_code_digest_follows_the_files_bytes_and_reads_them_once_per_change(tmp_path,
+                                                                               monkeypatch):
+    """``tree_digest`` hashes names and bytes; the cache keeps it under the files' paths, sizes
+    and times, so a file is read again only when one of those changed."""
+    import hashlib
+
+    (tmp_path / "gen" / "sub").mkdir(parents=True)
+    files = {"gen/a.py": b"A = 1\n", "gen/sub/b.py": b"B = 2\n", "gen/t.yaml": b"x: 1\n"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "gen" / "notes.txt").write_bytes(b"not code")
+    expected = hashlib.sha256()
+    for name in ("gen/a.py", "gen/t.yaml", "gen/sub/b.py"):  # os.walk's order, files sorted
+        expected.update(os.path.basename(name).encode() + files[name])
+    first = programs.tree_digest(str(tmp_path), ("gen",))
+    assert first == expected.hexdigest()[:16]
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: opened.append(path)
+                        or real_open(path, *a, **k))
+    assert programs.tree_digest(str(tmp_path), ("gen",)) == first
+    assert not [p for p in opened if str(p).startswith(str(tmp_path))]  # the kept digest
+    (tmp_path / "gen" / "notes.txt").write_bytes(b"still not code")
+    assert programs.tree_digest(str(tmp_path), ("gen",)) == first
+    stat = os.stat(tmp_path / "gen" / "a.py")
+    (tmp_path / "gen" / "a.py").write_bytes(b"A = 3\n")  # same size: the time tells
+    os.utime(tmp_path / "gen" / "a.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1000))
+    changed = programs.tree_digest(str(tmp_path), ("gen",))
+    assert changed not in (None, first)
+    os.utime(tmp_path / "gen" / "a.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 2000))
+    assert programs.tree_digest(str(tmp_path), ("gen",)) == changed  # touched: same bytes
+    os.chmod(tmp_path / "gen" / "sub" / "b.py", 0)
+    if not os.access(tmp_path / "gen" / "sub" / "b.py", os.R_OK):  # (root reads anyway)
+        os.utime(tmp_path / "gen" / "sub" / "b.py")
+        assert programs.tree_digest(str(tmp_path), ("gen",)) is None
+
+
 def test_a_graph_with_a_param_whose_text_may_change_is_not_kept():
     """``Graph.fingerprint`` writes params by ``repr``: one that names an object (an address)
     could fingerprint two programs alike."""

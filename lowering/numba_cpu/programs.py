@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -29,8 +30,9 @@ from .. import cache, fortran
 from . import codegen  # noqa: F401  (loaded first: its modules' settings key a program)
 from .threads import Phases
 
-__all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "settings", "encode", "decode",
-           "load", "store", "family", "load_finished", "store_finished", "origin", "revises"]
+__all__ = ["KEEP", "MAX_CONSTANT_BYTES", "key", "code_digest", "tree_digest", "settings",
+           "encode", "decode", "load", "store", "family", "load_finished", "store_finished",
+           "origin", "revises"]
 
 # Whether generated programs are kept (a test that watches the generator at work turns it off)
 KEEP = True
@@ -50,22 +52,57 @@ _GENERATOR = tuple(sorted(name for name in sys.modules if name.startswith(
 @functools.lru_cache(maxsize=None)
 def code_digest():
     """A digest of the code that turns an expanded graph into sources (``_CODE``'s Python
-    files and tables), read once per process: a changed generator never reuses what an older
-    one made, whatever its version says. None if a file cannot be read."""
+    files and tables, ``tree_digest``), read once per process: a changed generator never
+    reuses what an older one made, whatever its version says. None if a file cannot be read."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tree_digest(root, _CODE)
+
+
+def tree_digest(root, packages):
+    """A digest of the names and bytes of the Python files and tables under ``root``'s
+    ``packages`` (folders), or None if one cannot be read. Reading and hashing them all took
+    2-4 ms of every process's first call, so the digest is kept in the compile cache under
+    the files' paths, sizes and modification times (what Python trusts to reuse a file's
+    bytecode), and the files are read again only when one of those changed."""
+    files = _files(root, packages)
+    if files is None:
+        return None
+    memo = cache.entry_key("# code digest " + ";".join(
+        f"{path}:{st.st_size}:{st.st_mtime_ns}" for _, path, st in files))
+    stored = cache.read_object(memo)
+    if stored is not None and _DIGEST.fullmatch(stored[0]):
+        return stored[0].decode()
     digest = hashlib.sha256()
-    for package in _CODE:
-        for folder, dirs, files in os.walk(os.path.join(root, package)):
+    for name, path, _ in files:
+        digest.update(name.encode())
+        try:
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        except OSError:  # unreadable: nothing is kept
+            return None
+    digest = digest.hexdigest()[:16]
+    cache.write_object(memo, digest.encode(), f"quabla_code_{memo}", [])
+    return digest
+
+
+_DIGEST = re.compile(rb"[0-9a-f]{16}")
+
+
+def _files(root, packages):
+    """``[(name, path, stat)]`` of the Python files and tables under ``root``'s ``packages``
+    in the order ``tree_digest`` reads them, or None if one cannot be looked at."""
+    files = []
+    for package in packages:
+        for folder, dirs, names in os.walk(os.path.join(root, package)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
+            for name in sorted(names):
                 if name.endswith((".py", ".yaml")):
-                    digest.update(name.encode())
+                    path = os.path.join(folder, name)
                     try:
-                        with open(os.path.join(folder, name), "rb") as f:
-                            digest.update(f.read())
-                    except OSError:  # unreadable: nothing is kept
+                        files.append((name, path, os.stat(path)))
+                    except OSError:
                         return None
-    return digest.hexdigest()[:16]
+    return files
 
 
 def _constant_bytes(graph):
