@@ -46,31 +46,90 @@ _new_builtin.restype = ctypes.py_object
 _new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
 _direct = []  # the method definition of every direct entry, and the engine holding its code
 
-# ``PyObject *quabla_direct(PyObject *address, PyObject *args)``: calls the entry whose
-# address is the built-in's ``self`` (an int) and returns None, with the GIL held.
-_DIRECT_IR = """
+# The glue: one object, compiled once per cache (``_glue``), that every process links, so that
+# an edit (its parts, their number, a short term that holds the GIL) never compiles glue:
+# ``void quabla_sequence(i8* args)`` calls the entries whose addresses are in the table
+# ``quabla_table`` (``quabla_count`` of them) in order, or, where ``quabla_control`` is an
+# argument's index (else -1), only those of the phase that the first element of that int64
+# array names: part p for p below ``quabla_last``, every part from ``quabla_last`` on for any
+# other p (the phases of a threaded entry); the table and the numbers are each engine's own
+# data, set once it has linked the parts (``_Sequence``). ``PyObject *quabla_direct(PyObject
+# *address, PyObject *args)`` calls the entry whose address is the built-in's ``self`` (an
+# int) and returns None, with the GIL held.
+_GLUE_IR = f"""
+@quabla_table = global void (i8*)** null
+@quabla_count = global i64 0
+@quabla_control = global i64 -1
+@quabla_last = global i64 0
+define void @quabla_sequence(i8* %args) {{
+entry:
+  %n = load i64, i64* @quabla_count
+  %control = load i64, i64* @quabla_control
+  %threaded = icmp sge i64 %control, 0
+  br i1 %threaded, label %phase, label %loop
+phase:
+  %offset = mul i64 %control, 8
+  %at = add i64 %offset, {TUPLE_ITEMS}
+  %item = getelementptr i8, i8* %args, i64 %at
+  %itemp = bitcast i8* %item to i8**
+  %array = load i8*, i8** %itemp
+  %field = getelementptr i8, i8* %array, i64 {ARRAY_DATA}
+  %fieldp = bitcast i8* %field to i64**
+  %row = load i64*, i64** %fieldp
+  %p = load i64, i64* %row
+  %last = load i64, i64* @quabla_last
+  %one = icmp ult i64 %p, %last
+  %next = add i64 %p, 1
+  %first = select i1 %one, i64 %p, i64 %last
+  %stop = select i1 %one, i64 %next, i64 %n
+  br label %loop
+loop:
+  %k = phi i64 [0, %entry], [%first, %phase], [%k1, %call]
+  %end = phi i64 [%n, %entry], [%stop, %phase], [%end, %call]
+  %more = icmp slt i64 %k, %end
+  br i1 %more, label %call, label %done
+call:
+  %table = load void (i8*)**, void (i8*)*** @quabla_table
+  %slot = getelementptr void (i8*)*, void (i8*)** %table, i64 %k
+  %f = load void (i8*)*, void (i8*)** %slot
+  call void %f(i8* %args)
+  %k1 = add i64 %k, 1
+  br label %loop
+done:
+  ret void
+}}
 @_Py_NoneStruct = external global i8
 declare i8* @PyLong_AsVoidPtr(i8*)
 declare void @Py_IncRef(i8*)
-define i8* @quabla_direct(i8* %address, i8* %args) {
+define i8* @quabla_direct(i8* %address, i8* %args) {{
   %raw = call i8* @PyLong_AsVoidPtr(i8* %address)
   %entry = bitcast i8* %raw to void (i8*)*
   call void %entry(i8* %args)
   call void @Py_IncRef(i8* @_Py_NoneStruct)
   ret i8* @_Py_NoneStruct
-}
+}}
 """
 
 
+def _glue_engine():
+    """An MCJIT engine of its own holding the glue (the caller holds ``_lock``)."""
+    llvm = _binding()
+    if not _glue_symbols:  # the interpreter's symbols the glue names
+        _glue_symbols.append(True)
+        llvm.add_symbol("_Py_NoneStruct", id(None))
+        for name in ("PyLong_AsVoidPtr", "Py_IncRef"):
+            llvm.add_symbol(name, _address(name))
+    return _engine(_glue(_GLUE_IR))
+
+
+_glue_symbols = []  # whether LLVM knows the interpreter's symbols that the glue names
+
+
 def _direct_call():
-    """The method definition shared by every direct entry (its code compiled once)."""
+    """The method definition shared by every direct entry (its code linked once)."""
     with _lock:
         if not _direct:
-            llvm = _binding()
-            llvm.add_symbol("_Py_NoneStruct", id(None))
-            for name in ("PyLong_AsVoidPtr", "Py_IncRef"):
-                llvm.add_symbol(name, _address(name))
-            engine = _engine(_glue(_DIRECT_IR))
+            engine = _glue_engine()
             engine.finalize_object()
             method = _MethodDef(b"quabla_entry", engine.get_function_address("quabla_direct"),
                                 _METH_O, None)
@@ -94,10 +153,10 @@ def _engine(code=None):
 
 
 def _glue(ir):
-    """The object code of ``ir``, a few lines of LLVM IR calling entries (the direct call, a
-    sequence of parts): from the compile cache, else compiled by LLVM's quick instruction
-    selection and stored, so a warm process compiles none (an engine compiling such a module
-    itself took a warm first call 2-5 ms)."""
+    """The object code of ``ir``, a few lines of LLVM IR calling entries (``_GLUE_IR``): from
+    the compile cache, else compiled by LLVM's quick instruction selection and stored, so a
+    warm process compiles none (an engine compiling such a module itself took a warm first
+    call 2-5 ms, and compiling it 2.5-4 ms of an edit)."""
     key = cache.entry_key("# glue\n" + ir)
     found = cache.read_object(key)
     if found is not None:
@@ -282,20 +341,18 @@ def load(object_code, entry, addresses):
 
 
 class _Sequence:
-    """One MCJIT engine holding the objects of a program's parts and a function calling
-    their entries in order (or the one part of a threaded entry's phase that the control row
-    names). The function calls through a table of addresses in its own data, filled once the
-    engine has linked the parts, so its few lines of LLVM IR name no part: one object for
-    every program of as many parts and phases, compiled once (``_glue``, from the cache), and
-    an edit that changes a part compiles no glue. The machine code goes with it."""
+    """One MCJIT engine holding the objects of a program's parts and the glue calling their
+    entries in order (or the one part of a threaded entry's phase that the control row
+    names): ``_GLUE_IR``, whose table of addresses and numbers are set once the engine has
+    linked the parts. The machine code goes with it."""
 
-    __slots__ = ("engine", "parts", "__weakref__")
+    __slots__ = ("engine", "parts", "table", "__weakref__")
 
     def __init__(self, parts, addresses, control, phases):
         llvm = _binding()
         for name, address in addresses.items():
             llvm.add_symbol(name, address)
-        self.engine = _engine(_glue(_sequence_ir(len(parts), control, phases)))
+        self.engine = _glue_engine()
         finalizer = weakref.finalize(self, _close, self.engine)
         finalizer.atexit = False  # the process's memory goes anyway
         added = set()  # two parts of the same text are one object, added once
@@ -304,39 +361,18 @@ class _Sequence:
                 added.add(part[1])
                 self.engine.add_object_file(llvm.ObjectFileRef.from_data(part[0]))
         self.engine.finalize_object()
-        table = (ctypes.c_void_p * len(parts)).from_address(
-            self.engine.get_global_value_address("quabla_parts"))
+        self.table = (ctypes.c_void_p * len(parts))()
         for k, part in enumerate(parts):  # an entry linked here by name, else its address
-            table[k] = self.engine.get_function_address(part[1]) if len(part) == 3 else part[1]
-            if not table[k]:
+            self.table[k] = self.engine.get_function_address(part[1]) if len(part) == 3 \
+                else part[1]
+            if not self.table[k]:
                 raise LoadError(f"no symbol {part[1]} in the object")
+        for name, value in (("quabla_table", ctypes.addressof(self.table)),
+                            ("quabla_count", len(parts)),
+                            ("quabla_control", -1 if control is None else control),
+                            ("quabla_last", phases - 1)):
+            ctypes.c_int64.from_address(self.engine.get_global_value_address(name)).value = value
         self.parts = [part[0] for part in parts if len(part) == 2]  # linked elsewhere
-
-
-def _sequence_ir(n, control, phases):
-    """The glue calling ``n`` entries whose addresses are in its table ``quabla_parts``: in
-    order, or (``control``) the phase's part that the control row names, the last of
-    ``phases`` every part from there on."""
-    calls = [f"  %a{k} = getelementptr [{n} x void (i8*)*], [{n} x void (i8*)*]* @quabla_parts, "
-             f"i64 0, i64 {k}\n  %f{k} = load void (i8*)*, void (i8*)** %a{k}\n"
-             f"  call void %f{k}(i8* %args)\n" for k in range(n)]
-    if control is None:
-        body = "".join(calls) + "  ret void\n"
-    else:  # ctl[0] of the array args[control] picks the phase
-        last = phases - 1
-        body = (f"  %item = getelementptr i8, i8* %args, i64 {TUPLE_ITEMS + 8 * control}\n"
-                "  %itemp = bitcast i8* %item to i8**\n"
-                "  %array = load i8*, i8** %itemp\n"
-                f"  %field = getelementptr i8, i8* %array, i64 {ARRAY_DATA}\n"
-                "  %fieldp = bitcast i8* %field to i64**\n"
-                "  %row = load i64*, i64** %fieldp\n"
-                "  %phase = load i64, i64* %row\n"
-                f"  switch i64 %phase, label %p{last} ["
-                + " ".join(f"i64 {k}, label %p{k}" for k in range(last)) + "]\n"
-                + "".join(f"p{k}:\n{call}  ret void\n" for k, call in enumerate(calls[:last]))
-                + f"p{last}:\n" + "".join(calls[last:]) + "  ret void\n")
-    return (f"@quabla_parts = global [{n} x void (i8*)*] zeroinitializer\n"
-            f"define void @quabla_sequence(i8* %args) {{\n{body}}}\n")
 
 
 def sequence(parts, control=None, phases=None):

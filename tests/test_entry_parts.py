@@ -17,7 +17,8 @@ import pytest
 import quabla as qb
 import device_cases
 from lowering import cache
-from lowering.numba_cpu import compile_graph, load_cached, module_source, parts, sources
+from lowering.numba_cpu import (compile_graph, load_cached, module_source, parts, quick,
+                                sources)
 from quabla.core.expand import expand
 from quabla.core.interpret import evaluate
 
@@ -103,35 +104,53 @@ def test_an_edited_program_takes_its_unchanged_parts_from_the_cache(small_parts,
         np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
-def test_programs_of_as_many_parts_share_the_function_calling_them(small_parts, monkeypatch):
-    """The function calling a program's parts in order reads their addresses from a table in
-    its own data (native.py), so its LLVM IR names no part: two programs that differ in a
-    constant (every part's text differs) link with one glue, compiled once, and each gives
-    the interpreter's results."""
+def test_every_program_links_the_one_glue_compiled_once(small_parts, monkeypatch, tmp_path):
+    """The function calling a program's parts (in order, or a threaded entry's phase) reads
+    their addresses and number from its own data, and the direct call of a short entry is in
+    the same object (native.py's glue): in a fresh cache, programs that differ in a constant
+    (every part's text differs), in their number of parts and in holding the GIL compile one
+    glue between them, whose text names no part, and each gives the interpreter's results,
+    called twice."""
     from lowering import native
 
-    texts = []
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_DIRS", None)
+    texts, compiled = [], []
     original = native._glue
-    monkeypatch.setattr(native, "_glue", lambda ir: texts.append(ir) or original(ir))
+
+    def glue(ir):
+        if cache.read_object(cache.entry_key("# glue\n" + ir)) is None:
+            compiled.append(ir)
+        texts.append(ir)
+        return original(ir)
+
+    monkeypatch.setattr(native, "_glue", glue)
     rng = np.random.default_rng(6)
-    ws = [qb.array(rng.normal(size=(6, 6))) for _ in range(3)]
     x = qb.array(rng.normal(size=(40, 6)))
-    seen = []
-    for factor in (_fresh_factor(), _fresh_factor()):
+    counts = set()
+    for layers, factor in ((3, _fresh_factor()), (3, _fresh_factor()), (8, _fresh_factor())):
+        ws = [qb.array(rng.normal(size=(6, 6))) for _ in range(layers)]
+
         def loss(ws, x):
             return factor * _mlp_loss(True)(ws, x)
 
         step = qb.jit(qb.grad(loss))
-        start = len(texts)
-        result = step(ws, x)
         graph = step.lower(ws, x).graph
-        assert len(module_source(graph)[0]) > 2
-        seen.append([t for t in texts[start:] if "quabla_sequence" in t])
+        counts.add(len(module_source(graph)[0]))
         expected = evaluate(graph, [np.asarray(w) for w in ws] + [np.asarray(x)])
-        for ours, theirs in zip(result, expected):
-            np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
-    assert seen[0] and seen[0] == seen[1]
-    assert not any("declare" in text for text in seen[0])
+        for _ in range(2):
+            for ours, theirs in zip(step(ws, x), expected):
+                np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
+    factor = _fresh_factor()
+    short = qb.jit(lambda v: qb.sum(v * v) * factor)
+    v = np.linspace(0.0, 1.0, 5)
+    assert quick(short.lower(qb.array(v)).graph)  # it holds the GIL: the direct call
+    for _ in range(2):
+        assert float(short(qb.array(v))) == pytest.approx(np.sum(v * v) * factor, rel=1e-14)
+    assert len(counts) == 2 and min(counts) > 2, counts
+    assert len(set(texts)) == 1 and len(compiled) == 1
+    assert "quabla_direct(" in texts[0] and "quabla_sequence(" in texts[0]
+    assert "qb_" not in texts[0]
 
 
 def _penalised(penalty, weight=1e-3):
