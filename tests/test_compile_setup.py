@@ -327,6 +327,23 @@ def test_entries_keep_their_loops_and_kernels_unroll():
     assert "phi" not in kernel and kernel.count("fadd") == 8  # unrolled: eight adds in a row
 
 
+def test_modules_take_the_layout_of_whichever_target_machine_was_made():
+    """A translated module names the host's data layout, taken from a target machine made
+    already (an edit's quick one), which both machines share."""
+    script = textwrap.dedent("""
+        import json
+        from lowering.numba_cpu import machine
+        quick = str(machine.target_machine(quick=True).target_data)
+        made = machine.module_target()
+        print(json.dumps([made[1], quick, str(machine.target_machine().target_data)]))
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    made, quick, optimised = json.loads(subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True,
+        check=True).stdout)
+    assert made == quick == optimised and made.startswith(("e-", "E-"))
+
+
 # A fresh process: LLVM's library loaded by ``lowering.prepare`` on a thread of its own, before
 # anything imports llvmlite's binding; once a process; a fork waits for the load.
 PRELOAD_PROGRAM = textwrap.dedent("""

@@ -461,6 +461,7 @@ def _tiered(graph, parts, missing, constants, buffers, sources, phases, bare=Fal
     pipeline's."""
     for key, source in parts:
         cache.write_source(key, source)  # a planted or corrupted source never stays
+    machine.target_machine(quick=True)  # what the quick and bare pipelines generate code by
     translated, quick = {}, {}
     for key, source in missing:
         external.prefetch(source)  # needed when the object is linked (native.load)

@@ -87,8 +87,12 @@ def target_machine(quick=False):
 def module_target():
     """``(triple, data layout)`` of the host, for a module translated here: asked of LLVM once
     per process, since every call into llvmlite waits for its one lock, which a thread
-    optimising a part holds for as long as that takes (a part's translation would wait)."""
-    return llvm.get_process_triple(), str(target_machine().target_data)
+    optimising a part holds for as long as that takes (a part's translation would wait). The
+    layout is a target machine's made already (both have the one layout: an edit that
+    compiles quick code makes only the quick one first, ~1 ms), else the optimised one's."""
+    with _lock:
+        made = next(iter(_machines.values()), None)
+    return llvm.get_process_triple(), str((made or target_machine()).target_data)
 
 
 def tuning(slp=False, unroll=False, loop_vectorize=None, pipeline=OPTIMISED):
