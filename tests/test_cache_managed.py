@@ -128,14 +128,31 @@ def test_bad_bound_is_a_value_error(monkeypatch, value):
         cache.max_bytes()
 
 
+_STARTED = []  # the processes ``_start`` started for the running test
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test():
+    """A test that fails before it tells its helper to stop (a reader loops until then) must
+    not leave the helper running: one did, a core busy for half an hour after the suite."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 def _start(script, cache_dir, *args, bound=None):
     env = dict(os.environ, QUABLA_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
     env.pop("QUABLA_BACKEND", None)
     env.pop("QUABLA_CACHE_MAX_BYTES", None)
     if bound is not None:
         env["QUABLA_CACHE_MAX_BYTES"] = str(bound)
-    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def _finish(proc, timeout=240):
