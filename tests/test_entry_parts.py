@@ -483,11 +483,15 @@ def test_a_part_can_begin_after_a_loop_that_swaps_its_carries(small_parts, loop)
             np.testing.assert_allclose(np.asarray(ours), theirs, rtol=1e-12)
 
 
-def test_forked_copies_take_shares_of_about_equal_lines(monkeypatch):
+def test_forked_copies_take_shares_of_about_equal_lines(monkeypatch, tmp_path):
     """Missing parts are shared among forked copies by their lines, longest first (one long
     part takes a share alone), and what the copies compile is what the parent links: two
-    parts compiled by two processes give the interpreter's results."""
+    parts compiled by two processes give the interpreter's results. (In a cache of its own:
+    an earlier run leaves the parts that do not hold the fresh constant.)"""
     import lowering.numba_cpu as cpu
+
+    monkeypatch.setenv("QUABLA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_DIRS", None)
 
     part = lambda n: (f"key{n}", "\n" * n)  # noqa: E731
     shares = cpu._shares([part(83), part(356), part(1137), part(15)], 2)
